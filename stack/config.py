@@ -1,0 +1,49 @@
+"""Settings of the embedded default (`make up`): where state lives and where each part listens."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class StackSettings(BaseSettings):
+    """Every value can be set by an environment variable `JOBSCOPE_<NAME>`."""
+
+    model_config = SettingsConfigDict(env_prefix="JOBSCOPE_", extra="ignore")
+
+    state_dir: Path = Field(REPO_ROOT / "state", description="data, logs, PIDs and secrets")
+    host: str = Field("127.0.0.1", description="every local service binds to this address")
+    kafka_port: int = 9092
+    kafka_controller_port: int = 9093
+    kafka_heap: str = Field("1g", description="JVM heap of the broker")
+    clickhouse_port: int = 8123
+    api_port: int = 8000
+    devices_file: Path = Field(
+        REPO_ROOT / "producers" / "config" / "demo.yaml",
+        description="device configuration the demo producer polls",
+    )
+    retention_days: int = Field(90, ge=1, description="TTL of raw readings")
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        return f"{self.host}:{self.kafka_port}"
+
+    @property
+    def clickhouse_url(self) -> str:
+        return f"http://{self.host}:{self.clickhouse_port}"
+
+    @property
+    def api_url(self) -> str:
+        return f"http://{self.host}:{self.api_port}"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.state_dir / "logs"
+
+    @property
+    def pid_dir(self) -> Path:
+        return self.state_dir / "pids"

@@ -1,0 +1,93 @@
+"""Start detached processes with a log file and a PID file; stop exactly those processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+
+def wait_until(check: Callable[[], bool], timeout: float, what: str, interval: float = 0.2) -> None:
+    """Poll `check` until it returns True; raise TimeoutError naming `what` otherwise."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if check():
+                return
+        except Exception:  # a component that is still starting may refuse connections
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+class ManagedProcess:
+    """One long-running process of the stack, known by name, its PID file and its log file."""
+
+    def __init__(self, name: str, pid_dir: Path, log_dir: Path) -> None:
+        self.name = name
+        self.pid_file = pid_dir / f"{name}.pid"
+        self.log_file = log_dir / f"{name}.log"
+
+    def pid(self) -> int | None:
+        """The PID of the running process, or None (stale PID files are ignored)."""
+        try:
+            pid = int(self.pid_file.read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            return pid
+        stat = Path(f"/proc/{pid}/stat")
+        if stat.exists() and stat.read_text().split(") ")[-1].startswith("Z"):
+            return None  # a zombie of ours that nobody reaped yet
+        return pid
+
+    def is_running(self) -> bool:
+        return self.pid() is not None
+
+    def start(self, argv: Sequence[str], env: Mapping[str, str] | None = None,
+              cwd: Path | None = None) -> int:
+        """Start `argv` detached (own session), appending output to the log file."""
+        if (pid := self.pid()) is not None:
+            return pid
+        self.pid_file.parent.mkdir(parents=True, exist_ok=True)
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_file, "ab") as log:
+            proc = subprocess.Popen(
+                list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env={**os.environ, **(env or {})}, cwd=cwd, start_new_session=True,
+            )
+        self.pid_file.write_text(f"{proc.pid}\n")
+        return proc.pid
+
+    def stop(self, timeout: float = 20.0, sig: int = signal.SIGTERM) -> None:
+        """Send `sig` to the process group, escalate to SIGKILL after `timeout`."""
+        pid = self.pid()
+        if pid is not None:
+            _signal_group(pid, sig)
+            try:
+                wait_until(lambda: self.pid() is None, timeout, f"{self.name} to exit")
+            except TimeoutError:
+                _signal_group(pid, signal.SIGKILL)
+                wait_until(lambda: self.pid() is None, 10, f"{self.name} to die")
+        self.pid_file.unlink(missing_ok=True)
+
+    def kill(self) -> None:
+        """kill -9, as a crash would: for fault-injection tests."""
+        self.stop(timeout=0.0, sig=signal.SIGKILL)
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        pass
+    except PermissionError:
+        os.kill(pid, sig)

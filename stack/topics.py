@@ -1,0 +1,40 @@
+"""The Kafka topics of jobscope, created idempotently at start."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    config: dict[str, str] = field(default_factory=dict)
+
+
+READINGS = TopicSpec("readings", 6, {"compression.type": "producer"})
+JOBS = TopicSpec("jobs", 1, {"cleanup.policy": "compact"})
+ON_DEMAND = TopicSpec("ondemand", 1, {"cleanup.policy": "compact"})
+ALL_TOPICS = (READINGS, JOBS, ON_DEMAND)
+
+
+def ensure_topics(bootstrap: str, topics: tuple[TopicSpec, ...] = ALL_TOPICS,
+                  timeout: float = 30.0) -> None:
+    """Create the topics that do not exist yet; existing ones are left as they are."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    existing = set(admin.list_topics(timeout=timeout).topics)
+    missing = [
+        NewTopic(t.name, num_partitions=t.partitions, replication_factor=1, config=t.config)
+        for t in topics if t.name not in existing
+    ]
+    if not missing:
+        return
+    for name, future in admin.create_topics(missing, operation_timeout=timeout).items():
+        try:
+            future.result()
+        except KafkaException as exc:
+            if exc.args[0].name() != "TOPIC_ALREADY_EXISTS":
+                raise RuntimeError(f"cannot create topic {name}: {exc}") from exc
