@@ -1,0 +1,155 @@
+"""The contract every benchmarked system implements, and small helpers they share."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.dataset import Dataset
+
+
+@dataclass(frozen=True)
+class Selection:
+    """A query: every metric of some devices over a time window [start_us, end_us)."""
+
+    name: str
+    devices: tuple[int, ...]  # device indexes in the data set
+    start_us: int
+    end_us: int
+
+    def device_names(self, data: Dataset) -> list[str]:
+        names = data.devices
+        return [names[i] for i in self.devices]
+
+
+@dataclass
+class Ingest:
+    """How long loading took: from the first byte sent until every reading is queryable."""
+
+    readings: int
+    seconds: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def readings_per_s(self) -> float:
+        return self.readings / self.seconds
+
+
+class System(ABC):
+    """One system under test. `start` then `load` once; `storage_bytes`, `fetch` any number
+    of times; `stop` always (it must be safe after a failed or partial `start`)."""
+
+    name: str  # key prefix in bench-results.json
+    label: str  # shown in tables and plots
+    timestamp_unit_us: int = 1  # 1000 for a system that keeps milliseconds only
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+
+    @abstractmethod
+    def version(self) -> str: ...
+
+    @abstractmethod
+    def start(self) -> None: ...
+
+    @abstractmethod
+    def load(self, data: Dataset) -> Ingest: ...
+
+    @abstractmethod
+    def storage_bytes(self) -> int:
+        """Bytes on disk of everything stored so far, after compaction."""
+
+    @abstractmethod
+    def fetch(self, data: Dataset, selection: Selection) -> Any:
+        """Retrieve every value of `selection` completely, as a client would (timed)."""
+
+    @abstractmethod
+    def count(self, fetched: Any) -> int:
+        """The number of values in a `fetch` result (untimed, to check it is complete)."""
+
+    def storage_bytes_of(self, data: Dataset) -> int:
+        """Load `data` into a separate, fresh store of the same kind and return its size."""
+        raise NotImplementedError
+
+    def extra_measurements(self, data: Dataset, quick: bool) -> dict[str, Any]:
+        """System-specific figures beyond the common ones (jobscope: drain, freshness...)."""
+        return {}
+
+    @abstractmethod
+    def stop(self) -> None: ...
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(check: Callable[[], bool], timeout: float, what: str,
+             interval: float = 0.1) -> float:
+    """Poll `check` until True; return the seconds it took or raise TimeoutError."""
+    start = time.monotonic()
+    while True:
+        try:
+            if check():
+                return time.monotonic() - start
+        except Exception:  # a server that is still starting refuses connections
+            pass
+        if time.monotonic() - start > timeout:
+            raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+def apparent_size(path: Path) -> int:
+    """Sum of file sizes under `path` (what `du -sb` prints)."""
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except FileNotFoundError:  # removed by a background merge meanwhile
+                pass
+    return total
+
+
+class Server:
+    """A server process started by the bench (own session, output to a log file)."""
+
+    def __init__(self, argv: list[str], log: Path, env: dict[str, str] | None = None) -> None:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        self.log = log
+        with open(log, "ab") as out:
+            self.proc = subprocess.Popen(
+                argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True, env={**os.environ, **(env or {})},
+            )
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def check_alive(self) -> None:
+        if not self.alive():
+            tail = self.log.read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"{self.proc.args[0]} exited ({self.proc.returncode}):\n{tail}")
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """SIGTERM to the process group, SIGKILL if it has not exited after `timeout`."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)

@@ -1,0 +1,161 @@
+"""VictoriaMetrics (single node, Debian package), fed through its CSV import API."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+import httpx
+import orjson
+
+from bench import payloads
+from bench.dataset import Dataset
+from bench.systems.base import Ingest, Selection, Server, System, apparent_size, free_port, wait_for
+
+BINARY = "victoria-metrics"
+CSV_FORMAT = "1:time:unix_ms,2:label:device,3:label:__name__,4:metric:value"
+TIMEOUT = 600.0  # upper bound of any single wait
+
+
+class VictoriaMetrics(System):
+    name = "peer_victoriametrics"
+    label = "VictoriaMetrics"
+    timestamp_unit_us = 1000  # it keeps milliseconds only
+    clients = 2
+
+    def __init__(self, workdir: Path) -> None:
+        super().__init__(workdir)
+        self.server: Server | None = None
+        self.url = ""
+        self.data_dir = workdir / "data"
+        self.sent = 0
+        self.others: list[VictoriaMetrics] = []
+
+    def version(self) -> str:
+        out = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", BINARY],
+                             capture_output=True, text=True, check=False)
+        return out.stdout.strip() or "unknown"
+
+    def start(self) -> None:
+        if shutil.which(BINARY) is None:
+            raise RuntimeError(f"{BINARY} is not installed: run bench/install-peers.sh")
+        shutil.rmtree(self.workdir, ignore_errors=True)
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        self.server = Server([
+            BINARY, f"-storageDataPath={self.data_dir}", f"-httpListenAddr=127.0.0.1:{port}",
+            "-retentionPeriod=100y",  # the data has past dates: the default 1 month drops it
+            "-search.maxUniqueTimeseries=10000000", "-search.disableCache",
+        ], self.workdir / "victoria-metrics.log")
+        wait_for(self._healthy, 60, "VictoriaMetrics to answer")
+
+    def _healthy(self) -> bool:
+        assert self.server is not None
+        self.server.check_alive()
+        return httpx.get(f"{self.url}/health", timeout=2).status_code == 200
+
+    def load(self, data: Dataset) -> Ingest:
+        parts = payloads.victoriametrics_csv(data, self.clients)
+        errors: list[BaseException] = []
+
+        def post(path: Path) -> None:
+            try:
+                with open(path, "rb") as body:
+                    r = httpx.post(f"{self.url}/api/v1/import/csv", params={"format": CSV_FORMAT},
+                                   content=_chunks(body), timeout=TIMEOUT)
+                r.raise_for_status()
+            except BaseException as exc:  # reported by the main thread
+                errors.append(exc)
+
+        start = time.monotonic()
+        threads = [threading.Thread(target=post, args=(p,)) for p in parts]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(TIMEOUT)
+        if errors:
+            raise errors[0]
+        sent_s = time.monotonic() - start
+        self.sent += data.spec.readings
+        wait_for(lambda: self._stored(data) >= self.sent, TIMEOUT,
+                 "VictoriaMetrics to make every reading queryable", interval=0.05)
+        seconds = time.monotonic() - start
+        return Ingest(data.spec.readings, seconds, {"send_s": round(sent_s, 3)})
+
+    def _stored(self, data: Dataset) -> int:
+        """Samples queryable now, over the whole data range."""
+        httpx.get(f"{self.url}/internal/force_flush", timeout=60).raise_for_status()
+        span = data.spec.duration_s + 60
+        r = httpx.get(f"{self.url}/api/v1/query", timeout=60, params={
+            "query": f'sum(count_over_time({{__name__=~".+"}}[{span}s]))',
+            "time": str(data.spec.end_us // 1_000_000 + 30), "nocache": "1",
+        })
+        r.raise_for_status()
+        result = r.json()["data"]["result"]
+        return int(float(result[0]["value"][1])) if result else 0
+
+    def storage_bytes(self) -> int:
+        httpx.get(f"{self.url}/internal/force_flush", timeout=60).raise_for_status()
+        httpx.get(f"{self.url}/internal/force_merge", timeout=TIMEOUT).raise_for_status()
+        wait_for(lambda: self._metric("vm_active_force_merges") == 0, TIMEOUT,
+                 "VictoriaMetrics' forced merge", interval=0.2)
+        return _stable_size(self.data_dir)
+
+    def _metric(self, name: str) -> float:
+        for line in httpx.get(f"{self.url}/metrics", timeout=10).text.splitlines():
+            if line.startswith(name + " ") or line.startswith(name + "{"):
+                return float(line.rsplit(" ", 1)[1])
+        raise KeyError(name)
+
+    def fetch(self, data: Dataset, selection: Selection) -> bytes:
+        regex = "|".join(selection.device_names(data))
+        r = httpx.get(f"{self.url}/api/v1/export", timeout=TIMEOUT, params={
+            "match[]": f'{{device=~"{regex}"}}',
+            "start": f"{selection.start_us / 1e6:.3f}",
+            "end": f"{(selection.end_us - 1000) / 1e6:.3f}",  # inclusive end, in ms
+        })
+        r.raise_for_status()
+        return r.content
+
+    def count(self, fetched: bytes) -> int:
+        return sum(len(orjson.loads(line)["values"]) for line in fetched.splitlines() if line)
+
+    def storage_bytes_of(self, data: Dataset) -> int:
+        other = VictoriaMetrics(self.workdir.with_name(self.workdir.name + "-" + data.spec.key()))
+        self.others.append(other)
+        try:
+            other.start()
+            other.load(data)
+            return other.storage_bytes()
+        finally:
+            other.stop()
+
+    def stop(self) -> None:
+        for other in self.others:
+            other.stop()
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+
+def _chunks(body: BinaryIO, size: int = 1 << 20) -> Iterator[bytes]:
+    while chunk := body.read(size):
+        yield chunk
+
+
+def _stable_size(path: Path, settle: float = 1.0, timeout: float = 120.0) -> int:
+    """The size of `path` once it stopped changing for `settle` seconds (old parts removed)."""
+    deadline = time.monotonic() + timeout
+    last = apparent_size(path)
+    while time.monotonic() < deadline:
+        time.sleep(settle)
+        now = apparent_size(path)
+        if now == last:
+            return now
+        last = now
+    return last

@@ -1,0 +1,29 @@
+"""Settings of the local ClickHouse server (env vars `JOBSCOPE_CLICKHOUSE_<NAME>`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ServerSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="JOBSCOPE_CLICKHOUSE_", extra="ignore")
+
+    host: str = "127.0.0.1"
+    port: int = 8123
+    data_dir: Path = Field(description="the engine's data directory, owned by this process")
+    tmp_dir: Path | None = Field(None, description="spool for insert bodies; default <data_dir>-tmp")
+    pool_size: int = Field(8, ge=1, description="engine connections = queries running at once")
+    queue_timeout_s: float = Field(30.0, gt=0, description="wait for a free connection, then 503")
+    admin_user: str = "jobscope"
+    admin_password: SecretStr = Field(description="password of the read-write user")
+    reader_user: str = "reader"
+    reader_password: SecretStr = Field(description="password of the read-only user")
+    session_timeout_s: float = Field(60.0, gt=0, description="idle HTTP sessions are forgotten")
+    max_query_size: int = Field(1 << 20, description="bytes of statement text accepted")
+
+    @property
+    def spool_dir(self) -> Path:
+        return self.tmp_dir or self.data_dir.with_name(self.data_dir.name + "-tmp")

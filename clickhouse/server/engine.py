@@ -1,0 +1,113 @@
+"""The ClickHouse engine in this process: a pool of chdb connections to one data directory.
+
+chdb runs one streaming query per connection (a second query on a connection with an open
+stream silently returns nothing), so every request borrows a connection of its own for as
+long as its result streams; the pool size bounds the queries running at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import chdb
+
+from clickhouse.server.errors import TOO_MANY_SIMULTANEOUS_QUERIES, ClickHouseError
+from clickhouse.server.statements import escape_param
+
+
+_PARSER_SCOPE = re.compile(r"\.? ?: In scope SELECT formatQuerySingleLine\(.*\)(?= \(\w+\)$)", re.S)
+
+
+def quote_identifier(name: str) -> str:
+    return "`" + name.replace("\\", "\\\\").replace("`", "\\`") + "`"
+
+
+class EngineConnection:
+    """One chdb connection and the database it currently uses."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self._conn = chdb.connect(str(data_dir))
+        self.database = "default"
+
+    def use(self, database: str) -> None:
+        if database != self.database:
+            self.run(f"USE {quote_identifier(database)}")
+            self.database = database
+
+    def canonical(self, statement: str) -> str:
+        """The statement as ClickHouse's parser prints it; raises on several statements."""
+        try:
+            text = self.run(
+                "SELECT formatQuerySingleLine({q:String})", {"q": escape_param(statement)}, "TSVRaw"
+            )
+        except ClickHouseError as exc:
+            exc.message = _PARSER_SCOPE.sub("", exc.message)
+            raise
+        return text.decode().rstrip("\n")
+
+    def run(self, sql: str, params: Mapping[str, str] | None = None, fmt: str = "TSV") -> bytes:
+        """Run a statement to completion and return its whole (small) output."""
+        try:
+            return bytes(self._conn.query(sql, fmt, params=dict(params or {})).bytes())
+        except Exception as exc:
+            raise ClickHouseError.from_engine(exc) from exc
+
+    def stream(self, sql: str, params: Mapping[str, str], fmt: str) -> Iterator[bytes]:
+        """Yield the output of a query chunk by chunk; closing the generator cancels it."""
+        try:
+            result = self._conn.send_query(sql, fmt, params=dict(params))
+        except Exception as exc:
+            raise ClickHouseError.from_engine(exc) from exc
+        finished = False
+        try:
+            while True:
+                try:
+                    chunk = result.fetch()
+                except Exception as exc:
+                    finished = True
+                    raise ClickHouseError.from_engine(exc) from exc
+                if chunk is None:
+                    finished = True
+                    return
+                yield bytes(chunk.bytes())
+        finally:
+            if not finished:
+                with contextlib.suppress(Exception):
+                    result.cancel()
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._conn.close()
+
+
+class Engine:
+    """The pool of connections every request borrows from."""
+
+    def __init__(self, data_dir: Path, pool_size: int) -> None:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self._all = [EngineConnection(data_dir) for _ in range(pool_size)]
+        self._free: queue.LifoQueue[EngineConnection] = queue.LifoQueue()
+        for conn in self._all:
+            self._free.put(conn)
+
+    @contextlib.contextmanager
+    def connection(self, timeout: float) -> Iterator[EngineConnection]:
+        try:
+            conn = self._free.get(timeout=timeout)
+        except queue.Empty:
+            raise ClickHouseError(
+                TOO_MANY_SIMULTANEOUS_QUERIES,
+                f"Too many simultaneous queries: all {len(self._all)} engine connections busy",
+            ) from None
+        try:
+            yield conn
+        finally:
+            self._free.put(conn)
+
+    def close(self) -> None:
+        for conn in reversed(self._all):
+            conn.close()

@@ -1,0 +1,291 @@
+"""ClickHouse's HTTP interface: one request in, one statement run by the engine, its output out."""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import uuid
+from collections.abc import Generator, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qsl, urlsplit
+
+from clickhouse.server import statements
+from clickhouse.server.compression import choose_encoding, compress_stream, decompressor
+from clickhouse.server.config import ServerSettings
+from clickhouse.server.engine import Engine, EngineConnection
+from clickhouse.server.errors import NOT_IMPLEMENTED, QUERY_IS_TOO_LARGE, ClickHouseError
+from clickhouse.server.sessions import SessionStore, parse_set
+from clickhouse.server.users import User, authenticate, credentials, users_from_settings
+
+log = logging.getLogger("clickhouse.server")
+
+# URL parameters that steer the HTTP exchange; every other one is a query setting.
+TRANSPORT_PARAMS = frozenset({
+    "query", "database", "default_format", "user", "password", "quota_key", "query_id",
+    "session_id", "session_timeout", "session_check", "compress", "decompress",
+    "enable_http_compression", "buffer_size", "wait_end_of_query", "send_progress_in_http_headers",
+    "http_headers_progress_interval_ms", "http_zlib_compression_level", "http_response_buffer_size",
+    "client_protocol_version", "role",
+})
+READ_SIZE = 1 << 20
+
+
+class RequestBody:
+    """The request body, de-chunked and decompressed, read incrementally."""
+
+    def __init__(self, handler: BaseHTTPRequestHandler) -> None:
+        self._rfile = handler.rfile
+        self._chunked = "chunked" in handler.headers.get("Transfer-Encoding", "").lower()
+        self._remaining = int(handler.headers.get("Content-Length") or 0)
+        self._decompress = decompressor(handler.headers.get("Content-Encoding"))
+        self._done = not self._chunked and self._remaining == 0
+
+    def _raw_chunks(self) -> Iterator[bytes]:
+        if self._chunked:
+            while True:
+                size = int(self._rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    while self._rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    return
+                yield self._rfile.read(size)
+                self._rfile.readline()
+        else:
+            while self._remaining > 0:
+                data = self._rfile.read(min(READ_SIZE, self._remaining))
+                if not data:
+                    return
+                self._remaining -= len(data)
+                yield data
+
+    def chunks(self) -> Iterator[bytes]:
+        if self._done:
+            return
+        for raw in self._raw_chunks():
+            if data := self._decompress(raw):
+                yield data
+        self._done = True
+
+    def drain(self) -> None:
+        """Consume what is left so the connection can serve the next request."""
+        for _ in self.chunks():
+            pass
+
+
+class ClickHouseHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, settings: ServerSettings, engine: Engine) -> None:
+        self.settings = settings
+        self.engine = engine
+        self.users = users_from_settings(settings)
+        self.sessions = SessionStore(settings.session_timeout_s)
+        settings.spool_dir.mkdir(parents=True, exist_ok=True)
+        super().__init__((settings.host, settings.port), ClickHouseRequestHandler)
+
+
+class ClickHouseRequestHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: ClickHouseHTTPServer
+    server_version = "jobscope-clickhouse"
+
+    def log_message(self, format: str, *args: object) -> None:
+        log.debug("%s " + format, self.client_address[0], *args)
+
+    def do_GET(self) -> None:
+        self._handle(is_get=True)
+
+    def do_POST(self) -> None:
+        self._handle(is_get=False)
+
+    # --- request handling -------------------------------------------------------------
+
+    def _handle(self, is_get: bool) -> None:
+        url = urlsplit(self.path)
+        params = dict(parse_qsl(url.query, keep_blank_values=True))
+        query_id = params.get("query_id") or str(uuid.uuid4())
+        body: RequestBody | None = None
+        try:
+            body = RequestBody(self)
+            if url.path in ("/ping", "/") and "query" not in params and (
+                is_get or not self.headers.get("Content-Length", "0").strip("0")
+            ) and "chunked" not in self.headers.get("Transfer-Encoding", ""):
+                self._send(200, [b"Ok.\n"], {"Content-Type": "text/plain; charset=UTF-8"})
+                return
+            if url.path != "/":
+                raise ClickHouseError(NOT_IMPLEMENTED, f"There is no handler for {url.path}")
+            user = authenticate(self.server.users, *credentials(self.headers, params))
+            for flag in ("compress", "decompress"):
+                if params.get(flag) in ("1", "true"):
+                    raise ClickHouseError(
+                        NOT_IMPLEMENTED,
+                        f"{flag}=1 (ClickHouse block compression) is not supported by this "
+                        "server; use HTTP compression (Content-Encoding / Accept-Encoding)",
+                    )
+            self._execute(user, params, body, query_id, is_get)
+        except ClickHouseError as exc:
+            self._fail(exc, params, query_id)
+        except Exception as exc:
+            log.exception("internal error in query %s", query_id)
+            self._fail(ClickHouseError(1001, f"{type(exc).__name__}: {exc}"), params, query_id)
+        finally:
+            if body is not None and not self.close_connection:
+                try:
+                    body.drain()
+                except Exception:
+                    self.close_connection = True
+
+    def _execute(self, user: User, params: dict[str, str], body: RequestBody, query_id: str,
+                 is_get: bool) -> None:
+        settings_obj = self.server.settings
+        session = self.server.sessions.get(user.name, params.get("session_id"))
+        query_settings = {
+            **session.settings,
+            **{k: v for k, v in params.items()
+               if k not in TRANSPORT_PARAMS and not k.startswith("param_")},
+        }
+        if user.readonly:
+            query_settings.pop("readonly", None)
+        query_settings.update(user.forced_settings)
+        query_params = {k[len("param_"):]: v for k, v in params.items() if k.startswith("param_")}
+        database = (self.headers.get("X-ClickHouse-Database") or params.get("database")
+                    or session.database or "default")
+
+        prefix, rest = self._read_prefix(params.get("query", ""), body, settings_obj.max_query_size)
+        split = statements.split_insert(prefix)
+        with self.server.engine.connection(settings_obj.queue_timeout_s) as conn:
+            conn.use(database)
+            if split is not None:
+                canonical = conn.canonical(split.head)
+                statements.check_allowed("INSERT", canonical, user.readonly, is_get)
+                self._insert(conn, canonical, prefix[split.data_offset:], rest, query_settings,
+                             query_params, query_id)
+                return
+            if rest is not None:
+                raise ClickHouseError(QUERY_IS_TOO_LARGE,
+                                      f"Query is too large (more than {settings_obj.max_query_size} bytes)")
+            canonical = conn.canonical(prefix.decode("utf-8", "replace"))
+            kind = statements.kind_of(canonical)
+            statements.check_allowed(kind, canonical, user.readonly, is_get)
+            if kind == "SET":
+                session.settings.update(parse_set(canonical))
+                self._send(200, [], {}, query_id)
+            elif kind == "USE":
+                session.database = canonical.split(None, 1)[1].strip("`")
+                self._send(200, [], {}, query_id)
+            elif kind in statements.OUTPUT_KINDS:
+                default_format = (self.headers.get("X-ClickHouse-Format")
+                                  or params.get("default_format") or statements.DEFAULT_FORMAT)
+                sql = statements.output_query(canonical, default_format, query_settings)
+                fmt = statements.output_format(sql) or default_format
+                if kind in statements.STREAMING_KINDS:
+                    chunks = conn.stream(sql, query_params, fmt)
+                else:  # chdb streams only SELECTs; these results are small
+                    chunks = iter([conn.run(sql, query_params, fmt)])
+                first = next(chunks, b"")  # errors found before the first row get a proper status
+                encoding = choose_encoding(self.headers.get("Accept-Encoding")) if params.get(
+                    "enable_http_compression") in ("1", "true") else None
+                headers = {"Content-Type": _content_type(fmt), "X-ClickHouse-Format": fmt}
+                if encoding:
+                    headers["Content-Encoding"] = encoding
+                self._send(200, compress_stream(_chain(first, chunks), encoding), headers, query_id)
+            else:
+                conn.run(canonical, query_params)
+                self._send(200, [], {}, query_id)
+
+    def _read_prefix(self, url_query: str, body: RequestBody, limit: int) -> tuple[bytes, Iterator[bytes] | None]:
+        """The start of the query stream (URL query + newline + body) up to `limit` bytes.
+
+        Returns the prefix and, when the stream is longer, an iterator over the rest.
+        """
+        head = (url_query + "\n").encode() if url_query else b""
+        chunks = body.chunks()
+        parts = [head]
+        size = len(head)
+        for chunk in chunks:
+            parts.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                return b"".join(parts), chunks
+        return b"".join(parts), None
+
+    def _insert(self, conn: EngineConnection, canonical: str, data_start: bytes,
+                rest: Iterator[bytes] | None, settings: dict[str, str], params: dict[str, str],
+                query_id: str) -> None:
+        """Spool the insert data to a file and let the engine read it with the table's types."""
+        spool = self.server.settings.spool_dir
+        with tempfile.NamedTemporaryFile(dir=spool, prefix="insert-", suffix=".data") as tmp:
+            tmp.write(data_start)
+            written = len(data_start)
+            for chunk in rest or ():
+                tmp.write(chunk)
+                written += len(chunk)
+            tmp.flush()
+            sql = statements.insert_from_file(canonical, str(Path(tmp.name)), settings)
+            conn.run(sql, params)
+        summary = f'{{"written_bytes":"{written}"}}'
+        self._send(200, [], {"X-ClickHouse-Summary": summary}, query_id)
+
+    # --- responses ----------------------------------------------------------------------
+
+    def _send(self, status: int, chunks, headers: dict[str, str], query_id: str = "") -> None:
+        self.send_response(status)
+        for name, value in {"X-ClickHouse-Query-Id": query_id, "X-ClickHouse-Timezone": "UTC",
+                            "X-ClickHouse-Server-Display-Name": "jobscope", **headers}.items():
+            if value:
+                self.send_header(name, value)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        try:
+            for data in chunks:
+                if data:
+                    self.wfile.write(b"%x\r\n%b\r\n" % (len(data), data))
+        except ClickHouseError as exc:  # failed after the first rows: ClickHouse appends the error
+            log.warning("query %s failed while streaming: %s", query_id, exc.message)
+            body = exc.body()
+            self.wfile.write(b"%x\r\n%b\r\n" % (len(body), body))
+            self.close_connection = True
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+            close = getattr(chunks, "close", None)
+            if close:
+                close()
+            return
+        self.wfile.write(b"0\r\n\r\n")
+
+    def _fail(self, exc: ClickHouseError, params: dict[str, str], query_id: str) -> None:
+        log.warning("query %s failed: code %s: %s", query_id, exc.code, exc.message)
+        body = exc.body()
+        try:
+            self.send_response(exc.http_status)
+            self.send_header("X-ClickHouse-Exception-Code", str(exc.code))
+            self.send_header("X-ClickHouse-Query-Id", query_id)
+            self.send_header("Content-Type", "text/plain; charset=UTF-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+
+def _chain(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
+    try:
+        yield first
+        yield from rest
+    finally:
+        if isinstance(rest, Generator):
+            rest.close()
+
+
+def _content_type(fmt: str) -> str:
+    lower = fmt.lower()
+    if lower.startswith("json"):
+        return "application/json; charset=UTF-8"
+    if lower in ("native", "rowbinary", "arrow", "parquet", "arrowstream") or lower.startswith("rowbinary"):
+        return "application/octet-stream"
+    if lower.startswith(("csv", "tsv", "tabseparated")):
+        return "text/tab-separated-values; charset=UTF-8" if not lower.startswith("csv") else \
+            "text/csv; charset=UTF-8"
+    return "text/plain; charset=UTF-8"

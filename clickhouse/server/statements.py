@@ -1,0 +1,130 @@
+"""What a request asks the engine to do, and the one statement actually executed for it.
+
+The engine (clickhouse-local underneath) would run several `;`-separated statements and
+knows no users, so every statement is first parsed by ClickHouse's own parser
+(`formatQuerySingleLine`, which refuses multi-statements), classified by its first
+keyword, checked against the user's rights, and rewritten into a canonical statement:
+query settings go into a trailing `SETTINGS` clause (the read-only user's `readonly=1`
+last, so nothing can lift it) and insert data is read from a spooled file.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from clickhouse.server.errors import (
+    ACCESS_DENIED,
+    READONLY,
+    SYNTAX_ERROR,
+    UNKNOWN_SETTING,
+    ClickHouseError,
+)
+
+OUTPUT_KINDS = frozenset({"SELECT", "WITH", "SHOW", "DESCRIBE", "DESC", "EXISTS", "EXPLAIN"})
+STREAMING_KINDS = frozenset({"SELECT", "WITH"})
+SESSION_KINDS = frozenset({"SET", "USE"})
+DEFAULT_FORMAT = "TabSeparated"
+
+_SETTING_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_LEADING_NOISE = re.compile(rb"^(?:\s+|--[^\n]*(?:\n|$)|#[^\n]*(?:\n|$)|/\*.*?\*/)*", re.S)
+_INSERT = re.compile(rb"INSERT\b", re.I)
+_FORMAT_OR_VALUES = re.compile(rb"\b(?:FORMAT\s+([A-Za-z0-9_]+)|(VALUES)\b)", re.I)
+_TRAILING_FORMAT = re.compile(r"\sFORMAT\s+(\w+)(\s+SETTINGS\s+.+)?$", re.S)
+_INSERT_PARTS = re.compile(r"^(INSERT INTO .+?)(?: SETTINGS (.+?))? FORMAT (\w+)$", re.S)
+_FILE_ACCESS = re.compile(r"\bINTO OUTFILE\b|\bFROM INFILE\b", re.I)
+
+
+@dataclass(frozen=True)
+class InsertSplit:
+    """An INSERT whose data follows the statement: `head` is the statement text."""
+
+    head: str
+    data_offset: int
+
+
+def split_insert(prefix: bytes) -> InsertSplit | None:
+    """Find where the data of `INSERT ... FORMAT X <data>` (or `VALUES <data>`) begins.
+
+    As in ClickHouse, the data starts after the first newline following the format name,
+    or after the whitespace when there is no newline.
+    """
+    start = _LEADING_NOISE.match(prefix).end()  # type: ignore[union-attr]
+    if not _INSERT.match(prefix, start):
+        return None
+    match = _FORMAT_OR_VALUES.search(prefix, start)
+    if match is None:
+        return None  # INSERT ... SELECT: no inline data
+    pos = match.end()
+    while pos < len(prefix) and prefix[pos : pos + 1] in (b" ", b"\t", b"\r"):
+        pos += 1
+    if prefix[pos : pos + 1] == b"\n":
+        pos += 1
+    head = prefix[: match.start()].decode("utf-8", "replace")
+    head += f"FORMAT {match.group(1).decode()}" if match.group(1) else "FORMAT Values"
+    return InsertSplit(head=head, data_offset=pos)
+
+
+def escape_param(value: str) -> str:
+    """A string in the escaped text form ClickHouse expects for query parameters."""
+    return (value.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t")
+            .replace("\r", "\\r").replace("\0", "\\0"))
+
+
+def kind_of(canonical: str) -> str:
+    return canonical.split(None, 1)[0].upper() if canonical.strip() else ""
+
+
+def check_allowed(kind: str, canonical: str, readonly_user: bool, is_get: bool) -> None:
+    """Refuse what this user (or an HTTP GET, which ClickHouse treats as read-only) may not run."""
+    if _FILE_ACCESS.search(canonical):
+        raise ClickHouseError(ACCESS_DENIED, "INTO OUTFILE and FROM INFILE are not allowed over HTTP")
+    if kind in OUTPUT_KINDS or kind in SESSION_KINDS:
+        return
+    if readonly_user:
+        raise ClickHouseError(READONLY, f"Cannot execute query in readonly mode: {kind} is not a read")
+    if is_get:
+        raise ClickHouseError(READONLY, "Cannot execute query in readonly mode: use POST to write")
+
+
+def settings_list(settings: Mapping[str, str]) -> str:
+    """`name = 'value', ...`: names validated, values bound as string literals."""
+    parts = []
+    for name, value in settings.items():
+        if not _SETTING_NAME.match(name):
+            raise ClickHouseError(UNKNOWN_SETTING, f"Invalid setting name: {name!r}")
+        literal = value.replace("\\", "\\\\").replace("'", "\\'")
+        parts.append(f"{name} = '{literal}'")
+    return ", ".join(parts)
+
+
+def output_format(canonical: str) -> str | None:
+    """The FORMAT named at the end of a query with output, if any."""
+    match = _TRAILING_FORMAT.search(canonical)
+    return match.group(1) if match else None
+
+
+def output_query(canonical: str, default_format: str, settings: Mapping[str, str]) -> str:
+    """A query with output, with a FORMAT and the request's settings in its trailing clause."""
+    sql = canonical.rstrip().rstrip(";")
+    match = _TRAILING_FORMAT.search(sql)
+    if match is None:
+        sql += f" FORMAT {default_format}"
+    if not settings:
+        return sql
+    if match is not None and match.group(2):
+        return f"{sql}, {settings_list(settings)}"
+    return f"{sql} SETTINGS {settings_list(settings)}"
+
+
+def insert_from_file(canonical_head: str, path: str, settings: Mapping[str, str]) -> str:
+    """`INSERT INTO t (cols) FROM INFILE '<spool>' SETTINGS ... FORMAT X` for a canonical head."""
+    match = _INSERT_PARTS.match(canonical_head.strip())
+    if match is None:
+        raise ClickHouseError(SYNTAX_ERROR, f"Cannot find the data of INSERT: {canonical_head}")
+    target, inline_settings, fmt = match.groups()
+    clause = ", ".join(s for s in (inline_settings, settings_list(settings) if settings else "") if s)
+    quoted = path.replace("\\", "\\\\").replace("'", "\\'")
+    return f"{target} FROM INFILE '{quoted}'" + (f" SETTINGS {clause}" if clause else "") + \
+        f" FORMAT {fmt}"

@@ -1,0 +1,117 @@
+"""Typed configuration of the producers: the devices file and the service settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from producers.plugins import plugin_for
+from producers.plugins.base import validation_message
+
+DEMO_DEVICES = Path(__file__).resolve().parent / "config" / "demo.yaml"
+
+
+class ConfigError(ValueError):
+    """A devices file that cannot be used; the message names every bad entry and field."""
+
+
+class DeviceEntry(BaseModel):
+    """One metric (or family of metrics) of one device, as in Kwollect's configuration."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=r"^[a-zA-Z_:][a-zA-Z0-9_:]*$",
+                      description="metric name, Prometheus naming with the unit as suffix")
+    device_id: str = Field(min_length=1, description="what is measured: node-1, pdu-3")
+    url: str = Field(description="scheme://... selects the plugin; the rest is its config")
+    update_every: int = Field(gt=0, strict=True, description="polling period, milliseconds")
+    labels: dict[str, str] = Field(default_factory=dict,
+                                   description="attached to every reading of this entry")
+
+    @field_validator("url")
+    @classmethod
+    def _known_scheme(cls, url: str) -> str:
+        plugin_for(url)
+        return url
+
+
+def load_devices(path: Path) -> list[DeviceEntry]:
+    """Read and validate a YAML list of device entries, plugin options included.
+
+    Raises ConfigError naming each bad entry by position (1-based), line and device_id.
+    """
+    items, lines = _yaml_list(path)
+    entries: list[DeviceEntry] = []
+    errors: list[str] = []
+    first_seen: dict[tuple[str, str], int] = {}
+    for index, (item, line) in enumerate(zip(items, lines, strict=True), start=1):
+        where = _where(path, index, line, item)
+        try:
+            entry = DeviceEntry.model_validate(item)
+            plugin_for(entry.url).from_entry(entry)
+        except ValidationError as exc:
+            errors.append(f"{where}: {validation_message(exc)}")
+            continue
+        except ValueError as exc:
+            errors.append(f"{where}: url: {exc}")
+            continue
+        key = (entry.device_id, entry.name)
+        if key in first_seen:
+            errors.append(f"{where}: name: {entry.name} of {entry.device_id} is already "
+                          f"defined by entry {first_seen[key]}")
+            continue
+        first_seen[key] = index
+        entries.append(entry)
+    if errors:
+        raise ConfigError("\n".join(errors))
+    return entries
+
+
+def _where(path: Path, index: int, line: int, item: Any) -> str:
+    """`devices.yaml entry 3 (line 12, device_id=node-4)`: how errors name an entry."""
+    device_id = item.get("device_id") if isinstance(item, dict) else None
+    return f"{path} entry {index} (line {line}" + (
+        f", device_id={device_id})" if device_id is not None else ")")
+
+
+def _yaml_list(path: Path) -> tuple[list[Any], list[int]]:
+    """The items of the YAML list in `path` and the line where each starts."""
+    loader = yaml.SafeLoader(path.read_text())
+    try:
+        root = loader.get_single_node()
+        if not isinstance(root, yaml.SequenceNode) or not root.value:
+            raise ConfigError(f"{path}: expected a non-empty list of device entries")
+        lines = [node.start_mark.line + 1 for node in root.value]
+        return loader.construct_document(root), lines
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    finally:
+        loader.dispose()
+
+
+class ProducerSettings(BaseSettings):
+    """Settings of `python -m producers`; each one is also read from `JOBSCOPE_<NAME>`."""
+
+    model_config = SettingsConfigDict(env_prefix="JOBSCOPE_", extra="forbid")
+
+    kafka_bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers")
+    readings_topic: str = Field("readings", min_length=1)
+    devices_file: Path = Field(DEMO_DEVICES, description="YAML list of device entries")
+    linger_ms: int = Field(20, ge=0, description="how long a message may wait for its batch")
+    compression: Literal["none", "gzip", "snappy", "lz4", "zstd"] = "lz4"
+    delivery_timeout_ms: int = Field(
+        300_000, gt=0,
+        description="a message is retried until delivered or this old (Kafka outages shorter "
+                    "than this lose nothing); then it counts as a delivery failure")
+    poll_timeout_ratio: float = Field(
+        0.8, gt=0, le=1,
+        description="share of its period a poll may take, counted from its tick; a poll "
+                    "still running then is cancelled and that device has no readings that tick")
+    stats_interval_s: float = Field(30.0, gt=0, description="period of the counters log line")
+    shutdown_timeout_s: float = Field(10.0, ge=0,
+                                      description="how long shutdown waits for deliveries")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"

@@ -1,0 +1,26 @@
+"""The plugin registry: URL scheme -> plugin class. The runtime only ever looks plugins up here.
+
+To add a plugin, create `producers/plugins/<protocol>/` (see producers/README.md) and list
+its class in `_PLUGINS`.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from producers.plugins.base import Plugin
+from producers.plugins.tester.plugin import TesterPlugin
+
+_PLUGINS: tuple[type[Plugin], ...] = (TesterPlugin,)
+PLUGINS: dict[str, type[Plugin]] = {plugin.scheme: plugin for plugin in _PLUGINS}
+
+
+def plugin_for(url: str) -> type[Plugin]:
+    """The plugin class serving `url`; ValueError for an unknown scheme."""
+    scheme = urlsplit(url).scheme
+    try:
+        return PLUGINS[scheme]
+    except KeyError:
+        known = ", ".join(f"{name}://" for name in sorted(PLUGINS))
+        raise ValueError(f"unknown scheme {scheme + '://' if scheme else '(none)'}; "
+                         f"known: {known}") from None

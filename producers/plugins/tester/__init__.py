@@ -1,0 +1,1 @@
+"""Simulated devices with deterministic values (see README.md)."""

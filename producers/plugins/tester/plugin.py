@@ -1,0 +1,100 @@
+"""`tester://`: a simulated device whose values any test can recompute.
+
+Like DCDB's tester plugin it costs nothing to poll, so it drives demos and benchmarks,
+and its failure options stand in for dead, hanging and flapping devices.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Self
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from producers.plugins.base import Plugin, url_options
+from producers.reading import Reading
+
+if TYPE_CHECKING:
+    from producers.config import DeviceEntry
+
+_WAVE_PERIOD_US = 60_000_000
+"""Values follow a sine wave of one minute around a per-metric base."""
+_HANG_FILE_CHECK_S = 0.02
+
+
+class TesterOptions(BaseModel):
+    """The query string of a `tester://` URL."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    metrics: int = Field(1, ge=1, description="readings per poll")
+    hang: bool = Field(False, description="the poll never returns")
+    hang_file: Path | None = Field(None, description="the poll waits while this file exists")
+    fail: bool = Field(False, description="the poll raises")
+
+
+def metric_ids(name: str, metrics: int) -> list[str]:
+    """`name` for one metric; `name_0`..`name_{N-1}` zero-padded to one width otherwise."""
+    if metrics == 1:
+        return [name]
+    width = len(str(metrics - 1))
+    return [f"{name}_{i:0{width}d}" for i in range(metrics)]
+
+
+def tester_value(device_id: str, metric_id: str, timestamp_us: int) -> float:
+    """The value the tester reports for this metric of this device at this instant."""
+    return _value_at(*_shape(device_id, metric_id), timestamp_us)
+
+
+@lru_cache(maxsize=65536)
+def _shape(device_id: str, metric_id: str) -> tuple[float, float]:
+    """A stable (base, phase) per device and metric: base in [100, 200), phase in [0, 2pi)."""
+    digest = hashlib.blake2b(f"{device_id}\0{metric_id}".encode(), digest_size=8).digest()
+    number = int.from_bytes(digest, "big")
+    base = 100 + (number % 100_000) / 1000
+    phase = (number >> 32) % 360_000 / 360_000 * 2 * math.pi
+    return base, phase
+
+
+def _value_at(base: float, phase: float, timestamp_us: int) -> float:
+    return base + 10 * math.sin(2 * math.pi * (timestamp_us % _WAVE_PERIOD_US) / _WAVE_PERIOD_US
+                                + phase)
+
+
+class TesterPlugin(Plugin):
+    scheme = "tester"
+
+    def __init__(self, entry: DeviceEntry, options: TesterOptions) -> None:
+        self.device_id = entry.device_id
+        self.labels = dict(entry.labels)
+        self.options = options
+        self._metrics = [
+            (metric_id, *_shape(entry.device_id, metric_id))
+            for metric_id in metric_ids(entry.name, options.metrics)
+        ]
+
+    @classmethod
+    def from_entry(cls, entry: DeviceEntry) -> Self:
+        parts = urlsplit(entry.url)
+        if parts.netloc or parts.path:
+            raise ValueError("tester:// takes no host or path, only ?options")
+        return cls(entry, url_options(entry.url, TesterOptions))
+
+    async def poll(self, timestamp_us: int) -> list[Reading]:
+        if self.options.fail:
+            raise RuntimeError("tester: failing as configured (fail=1)")
+        if self.options.hang:
+            await asyncio.Future()  # never resolves, until the runtime cancels the poll
+        hang_file = self.options.hang_file
+        while hang_file is not None and hang_file.exists():
+            await asyncio.sleep(_HANG_FILE_CHECK_S)
+        return [
+            Reading(timestamp_us, self.device_id, metric_id,
+                    _value_at(base, phase, timestamp_us), self.labels)
+            for metric_id, base, phase in self._metrics
+        ]
