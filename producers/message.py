@@ -2,12 +2,16 @@
 
 Every producer, consumer, benchmark and test goes through `pack`/`unpack`, and ClickHouse
 parses the same bytes with its Kafka engine (`kafka_format = 'JSONEachRow'`) into the
-columns of `READING_STRUCTURE`. A line looks like:
+columns of `READING_STRUCTURE`. A line looks like (one line, wrapped here):
 
-    {"timestamp":"2026-11-21 19:09:18.123456","device_id":"node-1","metric_id":"bmc_power_watt","value":138.5,"labels":{"k":"v"}}
+    {"timestamp":"2026-11-21 19:09:18.123456","device_id":"node-1",
+     "metric_id":"bmc_power_watt","value":138.5,"labels":{"k":"v"}}
 
 `timestamp` is UTC with exactly six fractional digits, so DateTime64(6, 'UTC') keeps the
-microseconds; `value` is the shortest text that reads back as the same float64.
+microseconds; `value` is the shortest text that reads back as the same float64. Note that
+ClickHouse's default float parser (26.1) reads some 16-17 digit values 1-2 ULP off; a value
+column read as String and converted by `toFloat64` with `precise_float_parsing = 1` is exact
+(tests/producers/test_message.py checks both).
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ def classpath(settings: StackSettings) -> str:
             raise RuntimeError("Maven (mvn) is required to resolve the Kafka jars")
         cp_file.parent.mkdir(parents=True, exist_ok=True)
         subprocess.run(
-            ["mvn", "-q", "-B", "-f", str(pom), "dependency:build-classpath",
+            ["mvn", "-q", "-B", "-Dstyle.color=never", "-f", str(pom), "dependency:build-classpath",
              "-DincludeScope=runtime", f"-Dmdep.outputFile={cp_file}"],
             check=True,
         )
@@ -94,5 +94,9 @@ def start(settings: StackSettings, timeout: float = 90.0) -> None:
     if not proc.is_running():
         config = render_config(settings)
         format_storage(settings, config)
-        proc.start(_java(settings, settings.kafka_heap, "kafka.Kafka", str(config)))
+        proc.start(
+            _java(settings, settings.kafka_heap, "kafka.Kafka", str(config)),
+            ports=[(settings.host, settings.kafka_port),
+                   (settings.host, settings.kafka_controller_port)],
+        )
     wait_until(lambda: is_ready(settings), timeout, f"Kafka on {settings.kafka_bootstrap}")

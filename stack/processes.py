@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -22,6 +23,12 @@ def wait_until(check: Callable[[], bool], timeout: float, what: str, interval: f
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(interval)
+
+
+def port_in_use(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(1)
+        return sock.connect_ex((host, port)) == 0
 
 
 class ManagedProcess:
@@ -53,10 +60,19 @@ class ManagedProcess:
         return self.pid() is not None
 
     def start(self, argv: Sequence[str], env: Mapping[str, str] | None = None,
-              cwd: Path | None = None) -> int:
-        """Start `argv` detached (own session), appending output to the log file."""
+              cwd: Path | None = None, ports: Sequence[tuple[str, int]] = ()) -> int:
+        """Start `argv` detached (own session), appending output to the log file.
+
+        Refuses when one of `ports` is already taken by a process this one did not start.
+        """
         if (pid := self.pid()) is not None:
             return pid
+        for host, port in ports:
+            if port_in_use(host, port):
+                raise RuntimeError(
+                    f"cannot start {self.name}: {host}:{port} is already in use by another "
+                    "process (another jobscope? set the JOBSCOPE_*_PORT variables)"
+                )
         self.pid_file.parent.mkdir(parents=True, exist_ok=True)
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_file, "ab") as log:

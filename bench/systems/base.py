@@ -53,7 +53,7 @@ class System(ABC):
     timestamp_unit_us: int = 1  # 1000 for a system that keeps milliseconds only
 
     def __init__(self, workdir: Path) -> None:
-        self.workdir = workdir
+        self.workdir = workdir.resolve()
 
     @abstractmethod
     def version(self) -> str: ...

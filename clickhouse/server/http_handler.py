@@ -239,21 +239,22 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         try:
-            for data in chunks:
-                if data:
-                    self.wfile.write(b"%x\r\n%b\r\n" % (len(data), data))
-        except ClickHouseError as exc:  # failed after the first rows: ClickHouse appends the error
-            log.warning("query %s failed while streaming: %s", query_id, exc.message)
-            body = exc.body()
-            self.wfile.write(b"%x\r\n%b\r\n" % (len(body), body))
-            self.close_connection = True
+            try:
+                for data in chunks:
+                    if data:
+                        self.wfile.write(b"%x\r\n%b\r\n" % (len(data), data))
+            except ClickHouseError as exc:  # failed after the first rows: ClickHouse appends it
+                log.warning("query %s failed while streaming: %s", query_id, exc.message)
+                body = exc.body()
+                self.wfile.write(b"%x\r\n%b\r\n" % (len(body), body))
+                self.close_connection = True
+            self.wfile.write(b"0\r\n\r\n")
         except (BrokenPipeError, ConnectionResetError):
+            log.info("query %s: client went away before the end of the result", query_id)
             self.close_connection = True
             close = getattr(chunks, "close", None)
             if close:
                 close()
-            return
-        self.wfile.write(b"0\r\n\r\n")
 
     def _fail(self, exc: ClickHouseError, params: dict[str, str], query_id: str) -> None:
         log.warning("query %s failed: code %s: %s", query_id, exc.code, exc.message)

@@ -1,0 +1,69 @@
+# jobscope: every entry point. `make up` and `make test` install what is missing first.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell sha256sum requirements.txt | cut -c1-12)
+BENCH_STAMP := $(VENV)/.bench-installed-$(shell sha256sum bench/requirements.txt 2>/dev/null | cut -c1-12)
+PYTEST_ARGS ?=
+QUICK ?=
+
+.PHONY: help up down status test test-fast lint format bench system-deps venv reset
+
+help:
+	@echo "make up        start Kafka, ClickHouse, producers (demo fleet) and the API"
+	@echo "make down      stop them (data kept in state/)"
+	@echo "make status    what runs, where it listens, where it logs"
+	@echo "make test      the whole test suite against real components"
+	@echo "make bench     benchmarks beside peers (QUICK=1 for the short run)"
+	@echo "make lint      ruff"
+	@echo "make reset     stop everything and delete state/ (all data)"
+
+# Java and Maven run the Kafka broker; installed from Debian's packages when missing.
+system-deps:
+	@command -v java >/dev/null && command -v mvn >/dev/null || { \
+	  echo "installing Java and Maven"; apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq default-jre-headless maven; }
+
+$(STAMP): requirements.txt
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
+	  { echo "Python >= 3.11 is required"; exit 1; }
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
+	@rm -f $(VENV)/.installed-* && touch $@
+
+venv: $(STAMP)
+
+up: system-deps venv
+	$(PY) -m stack up
+
+down:
+	@if [ -x $(PY) ]; then $(PY) -m stack down; else echo "nothing to stop"; fi
+
+status: venv
+	$(PY) -m stack status
+
+test: system-deps venv
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: venv
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: venv
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+$(BENCH_STAMP): bench/requirements.txt $(STAMP)
+	bash bench/install-peers.sh
+	$(PY) -m pip install -q --disable-pip-version-check -r bench/requirements.txt
+	@rm -f $(VENV)/.bench-installed-* && touch $@
+
+bench: system-deps venv $(BENCH_STAMP)
+	$(PY) -m bench $(if $(QUICK),--quick,)
+
+reset: down
+	rm -rf state

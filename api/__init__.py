@@ -1,0 +1,1 @@
+"""The jobscope REST API (FastAPI): job-scoped metrics out of ClickHouse."""

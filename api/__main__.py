@@ -1,0 +1,18 @@
+"""`python -m api`: serve the API with uvicorn on JOBSCOPE_API_HOST:JOBSCOPE_API_PORT."""
+
+from __future__ import annotations
+
+import uvicorn
+
+from api.config import ApiSettings
+from api.main import create_app
+
+
+def main() -> None:
+    settings = ApiSettings()  # type: ignore[call-arg]
+    uvicorn.run(create_app(settings), host=settings.api_host, port=settings.api_port,
+                log_level="info", access_log=False)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,21 @@
+"""API settings (env vars `JOBSCOPE_<NAME>`), validated once at start."""
+
+from __future__ import annotations
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ApiSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="JOBSCOPE_", extra="ignore")
+
+    api_host: str = "127.0.0.1"
+    api_port: int = 8000
+    clickhouse_host: str = "127.0.0.1"
+    clickhouse_port: int = 8123
+    clickhouse_reader_user: str = "reader"
+    clickhouse_reader_password: SecretStr = Field(description="the API only reads: read-only user")
+    clickhouse_database: str = "default"
+    kafka_bootstrap: str = "127.0.0.1:9092"
+    default_window_s: int = Field(300, gt=0, description="start_time defaults to end_time - this")
+    health_timeout_s: float = Field(2.0, gt=0)

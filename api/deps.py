@@ -1,0 +1,22 @@
+"""Dependencies shared by the routes, as named `Annotated` aliases."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from clickhouse_connect.driver.client import Client
+from fastapi import Depends, Request
+
+from api.config import ApiSettings
+
+
+def get_settings(request: Request) -> ApiSettings:
+    return request.app.state.settings
+
+
+def get_clickhouse(request: Request) -> Client:
+    return request.app.state.clickhouse
+
+
+SettingsDep = Annotated[ApiSettings, Depends(get_settings)]
+ClickHouseDep = Annotated[Client, Depends(get_clickhouse)]

@@ -1,0 +1,39 @@
+"""App factory: `create_app(settings)` wires the routers to one ClickHouse client."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import clickhouse_connect
+from fastapi import FastAPI
+
+from api import errors
+from api.config import ApiSettings
+from api.routes import health, metrics
+
+
+def create_app(settings: ApiSettings) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # One client, shared by the worker threads: no session, so requests are independent.
+        app.state.clickhouse = clickhouse_connect.get_client(
+            host=settings.clickhouse_host, port=settings.clickhouse_port,
+            username=settings.clickhouse_reader_user,
+            password=settings.clickhouse_reader_password.get_secret_value(),
+            database=settings.clickhouse_database, autogenerate_session_id=False,
+        )
+        yield
+        app.state.clickhouse.close()
+
+    app = FastAPI(
+        title="jobscope",
+        summary="Job-scoped metrics of testbed and HPC infrastructure",
+        version="0.1.0",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    errors.install(app)
+    app.include_router(metrics.router)
+    app.include_router(health.router)
+    return app

@@ -1,0 +1,1 @@
+"""SQL of the API, one module per concern; every value is a bound parameter."""

@@ -1,0 +1,96 @@
+"""`python -m bench [--quick]`: jobscope and its peers on the same data, in one run.
+
+Prints a Markdown table, writes bench-results.json and bench-plots/*.png at the repository
+root. Every server it starts lives under state/bench/ and is stopped before it exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from bench import report
+from bench.dataset import START, load_or_generate
+from bench.machine import LoadSampler
+from bench.profiles import FULL, QUICK
+from bench.runner import run_all
+from bench.systems.base import System
+from bench.systems.jobscope import Jobscope
+from bench.systems.postgres import Postgres
+from bench.systems.victoriametrics import VictoriaMetrics
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SYSTEMS: dict[str, Callable[[Path], System]] = {
+    "jobscope": Jobscope,
+    "victoriametrics": VictoriaMetrics,
+    "postgres": Postgres,
+}
+log = logging.getLogger("bench")
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true",
+                        help=f"{QUICK.devices} devices x {QUICK.duration_s // 60} min instead of "
+                             f"{FULL.devices} x {FULL.duration_s // 60} min (same code paths)")
+    parser.add_argument("--systems", default=",".join(SYSTEMS),
+                        help="comma-separated subset of: " + ", ".join(SYSTEMS))
+    parser.add_argument("--state-dir", type=Path, default=REPO_ROOT / "state" / "bench",
+                        help="servers' data and the cached data sets")
+    parser.add_argument("--out-dir", type=Path, default=REPO_ROOT,
+                        help="where bench-results.json and bench-plots/ are written")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s",
+                        datefmt="%H:%M:%S", stream=sys.stderr)
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    chosen = [s.strip() for s in args.systems.split(",") if s.strip()]
+    unknown = set(chosen) - set(SYSTEMS)
+    if unknown:
+        log.error("unknown system(s): %s", ", ".join(sorted(unknown)))
+        return 2
+    profile = QUICK if args.quick else FULL
+    state = args.state_dir.resolve()
+
+    with LoadSampler() as machine:
+        started = time.monotonic()
+        data = load_or_generate(profile.spec(), state / "data")
+        data_int = load_or_generate(profile.spec(integer=True), state / "data")
+        prepare_s = time.monotonic() - started
+        log.info("data: %s (ready in %.1f s)", data.spec.describe(), prepare_s)
+        systems = run_all({k: SYSTEMS[k] for k in chosen}, state / "runs", data, data_int,
+                          profile, args.quick)
+
+    results = report.flatten(systems, {
+        "profile": profile.name,
+        "dataset": {
+            "description": data.spec.describe(),
+            "readings": data.spec.readings,
+            "devices": data.spec.devices,
+            "metrics": data.spec.metrics,
+            "period_s": data.spec.period_s,
+            "duration_s": data.spec.duration_s,
+            "start": START.isoformat(),
+            "seed": data.spec.seed,
+            "prepare_seconds": round(prepare_s, 1),
+        },
+        "machine": machine.summary(),
+        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+    })
+    out = args.out_dir.resolve()
+    report.write_json(out / "bench-results.json", results)
+    pngs = report.plots(systems, out / "bench-plots", data.spec.duration_s / 60)
+    print(report.markdown(systems, results))
+    print(f"\nWrote {out / 'bench-results.json'} and {len(pngs)} plots in {out / 'bench-plots'}.")
+    return 1 if results["errors"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

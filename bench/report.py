@@ -1,0 +1,205 @@
+"""Turn the measurements into bench-results.json, a Markdown table and PNG plots."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+OURS = "jobscope"
+PEERS = ("peer_victoriametrics", "peer_postgres")
+HIGHER_IS_BETTER = {"ingest_readings_per_s"}
+
+# (row title, per-system result key, unit format)
+ROWS = [
+    ("ingest, readings/s until all queryable", "ingest_readings_per_s", "{:,.0f}"),
+    ("bytes per reading (float values)", "bytes_per_reading", "{:.2f}"),
+    ("bytes per reading (integer values)", "bytes_per_reading_int", "{:.2f}"),
+    ("query 100 devices x 10 min, s", "query_100dev_10min_s", "{:.3f}"),
+]
+
+NOTES = [
+    "VictoriaMetrics keeps millisecond timestamps (the data has microseconds; jobscope and "
+    "PostgreSQL keep them): its expected counts are computed on truncated timestamps.",
+    "PostgreSQL stands in for Kwollect's TimescaleDB (not packaged by Debian): Kwollect's "
+    "schema and (device_id, metric_id, timestamp) index, declarative 2-hour range partitions "
+    "instead of 2-hour hypertable chunks, no chunk compression.",
+    "Queries fetch every value of the selection completely in the client: VictoriaMetrics "
+    "/api/v1/export (JSON lines), PostgreSQL COPY (SELECT ...) TO STDOUT, jobscope through "
+    "clickhouse-connect with bound parameters. Median of the runs.",
+    "Ratios compare jobscope with a peer measured in the same run on the same data; > 1 means "
+    "jobscope is better (faster, smaller or higher throughput).",
+]
+
+
+def ratio(ours: float | None, peer: float | None, key: str) -> float | None:
+    """How many times better jobscope is than the peer on `key` (>1 = jobscope better)."""
+    if not ours or not peer:
+        return None
+    return ours / peer if key in HIGHER_IS_BETTER else peer / ours
+
+
+def flatten(systems: dict[str, dict[str, Any]], extra: dict[str, Any]) -> dict[str, Any]:
+    """bench-results.json: the named top-level keys, then details."""
+    ours = systems.get(OURS, {})
+    out: dict[str, Any] = {
+        "ingest_drain_readings_per_s": ours.get("ingest_drain_readings_per_s"),
+        "ingest_e2e_readings_per_s": ours.get("ingest_readings_per_s"),
+        "freshness_p50_s": ours.get("freshness_p50_s"),
+        "freshness_p99_s": ours.get("freshness_p99_s"),
+        "query_100dev_10min_s": ours.get("query_100dev_10min_s"),
+        "bytes_per_reading": ours.get("bytes_per_reading"),
+        "bytes_per_reading_int": ours.get("bytes_per_reading_int"),
+        "api_1m_readings_s": ours.get("api_1m_readings_s"),
+    }
+    for peer in PEERS:
+        r = systems.get(peer, {})
+        out[f"{peer}_ingest_readings_per_s"] = r.get("ingest_readings_per_s")
+        out[f"{peer}_bytes_per_reading"] = r.get("bytes_per_reading")
+        out[f"{peer}_bytes_per_reading_int"] = r.get("bytes_per_reading_int")
+        out[f"{peer}_query_100dev_10min_s"] = r.get("query_100dev_10min_s")
+    out["ratios"] = {
+        f"{key}_vs_{peer.removeprefix('peer_')}": ratio(ours.get(key), systems.get(peer, {})
+                                                        .get(key), key)
+        for _, key, _ in ROWS for peer in PEERS
+    }
+    out["queries_s"] = {
+        name: {sel: q["seconds"] for sel, q in r.get("queries", {}).items()}
+        for name, r in systems.items()
+    }
+    out["errors"] = {name: r["error"] for name, r in systems.items() if "error" in r}
+    out.update(extra)
+    out["notes"] = NOTES
+    out["systems"] = systems
+    return out
+
+
+def _fmt(value: float | None, fmt: str) -> str:
+    return "n/a" if value is None else fmt.format(value)
+
+
+def markdown(systems: dict[str, dict[str, Any]], results: dict[str, Any]) -> str:
+    names = [n for n in (OURS, *PEERS) if n in systems]
+    labels = [systems[n]["label"] for n in names]
+    peers = [n for n in names if n != OURS]
+    head = ["measure", *labels]
+    if OURS in systems:
+        head += [f"jobscope vs {systems[p]['label']}" for p in peers]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    query_rows = [
+        (f"query {sel.replace(',', ', ')}, s", sel)
+        for sel in systems.get(names[0], {}).get("queries", {})
+    ] if names else []
+
+    def row(title: str, get: Any, fmt: str, key: str) -> None:
+        cells = [title] + [_fmt(get(systems[n]), fmt) for n in names]
+        if OURS in systems:
+            for p in peers:
+                r = ratio(get(systems[OURS]), get(systems[p]), key)
+                cells.append("n/a" if r is None else f"{r:.2f}x")
+        lines.append("| " + " | ".join(cells) + " |")
+
+    for title, key, fmt in ROWS:
+        row(title, lambda r, key=key: r.get(key), fmt, key)
+    for title, sel in query_rows:
+        row(title, lambda r, sel=sel: r.get("queries", {}).get(sel, {}).get("seconds"),
+            "{:.3f}", "query")
+    if OURS in systems:
+        js = systems[OURS]
+        for title, key, fmt in [
+            ("jobscope: Kafka engine drain of a full topic, readings/s",
+             "ingest_drain_readings_per_s", "{:,.0f}"),
+            ("jobscope: freshness p50 / p99 under steady load, s", None, ""),
+            ("jobscope: API, 1 M readings, s", "api_1m_readings_s", "{:.3f}"),
+        ]:
+            if key is None:
+                value = (f"{_fmt(js.get('freshness_p50_s'), '{:.2f}')} / "
+                         f"{_fmt(js.get('freshness_p99_s'), '{:.2f}')}")
+            else:
+                value = _fmt(js.get(key), fmt)
+            lines.append("| " + " | ".join([title, value] + [""] * (len(head) - 2)) + " |")
+    machine = results.get("machine", {})
+    dataset = results.get("dataset", {})
+    footer = [
+        "",
+        f"Data: {dataset.get('description', '?')}; timestamps from {dataset.get('start', '?')}.",
+        f"Machine: {machine.get('cpu_count')} CPUs, load average before "
+        f"{machine.get('loadavg_before')}, after {machine.get('loadavg_after')}, max 1-min load "
+        f"during {machine.get('load1_max_during')}, CPU busy "
+        f"{100 * machine.get('cpu_busy_fraction_during', 0):.0f}% over "
+        f"{machine.get('run_seconds')} s.",
+        "Versions: " + ", ".join(f"{systems[n]['label']} {systems[n].get('version', '?')}"
+                                 for n in names) + ".",
+        *[f"- {note}" for note in NOTES],
+    ]
+    for name, error in results.get("errors", {}).items():
+        footer.append(f"- FAILED {name}: {error}")
+    return "\n".join(lines + footer)
+
+
+def write_json(path: Path, results: dict[str, Any]) -> None:
+    path.write_text(json.dumps(results, indent=2, default=str) + "\n")
+
+
+def plots(systems: dict[str, dict[str, Any]], folder: Path, range_minutes: float) -> list[Path]:
+    """One PNG per figure: query time vs devices, vs window; ingest rate; storage."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    folder.mkdir(parents=True, exist_ok=True)
+    names = [n for n in (OURS, *PEERS) if n in systems]
+    written = []
+
+    def line_plot(filename: str, title: str, xlabel: str, prefix: str, x_of: Any) -> None:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for n in names:
+            points = sorted(
+                (x_of(sel), q["seconds"]) for sel, q in systems[n].get("queries", {}).items()
+                if sel.startswith(prefix))
+            if points:
+                xs, ys = zip(*points, strict=True)
+                ax.plot(xs, ys, marker="o", label=systems[n]["label"])
+        ax.set_yscale("log")
+        ax.set_title(title)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("seconds to fetch every value (log)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(folder / filename, dpi=120)
+        plt.close(fig)
+        written.append(folder / filename)
+
+    line_plot("query_vs_devices.png", "Every metric of N devices, 10-minute window",
+              "devices", "devices=", lambda sel: int(sel.split(",")[0].split("=")[1]))
+    line_plot("query_vs_window.png", "Every metric of 10 devices, window length",
+              "window (minutes)", "devices=10,", _window_minutes(range_minutes))
+
+    def bar_plot(filename: str, title: str, key: str, ylabel: str, log: bool) -> None:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        present = [n for n in names if systems[n].get(key)]
+        ax.bar([systems[n]["label"] for n in present], [systems[n][key] for n in present],
+               color=["C0", "C1", "C2"][: len(present)])
+        if log:
+            ax.set_yscale("log")
+        ax.set_title(title)
+        ax.set_ylabel(ylabel)
+        fig.tight_layout()
+        fig.savefig(folder / filename, dpi=120)
+        plt.close(fig)
+        written.append(folder / filename)
+
+    bar_plot("ingest.png", "Ingest rate until every reading is queryable",
+             "ingest_readings_per_s", "readings/s", log=False)
+    bar_plot("storage.png", "Bytes per reading on disk (float values)", "bytes_per_reading",
+             "bytes per reading (log)", log=True)
+    return written
+
+
+def _window_minutes(range_minutes: float) -> Any:
+    def minutes(sel: str) -> float:
+        window = sel.split("window=")[1]
+        return range_minutes if window == "all" else float(window.removesuffix("min"))
+    return minutes

@@ -1,0 +1,94 @@
+"""Run every system on the same data and collect the figures (no formatting here)."""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench.dataset import Dataset
+from bench.profiles import KEY_SELECTION, Profile, selections
+from bench.systems.base import Selection, System
+
+log = logging.getLogger("bench")
+
+
+def time_query(system: System, data: Dataset, selection: Selection, repeats: int,
+               expected: int) -> dict[str, Any]:
+    """Fetch `selection` `repeats` times; check every value came back; median seconds."""
+    runs = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fetched = system.fetch(data, selection)
+        runs.append(time.perf_counter() - start)
+        got = system.count(fetched)
+        del fetched
+        if got != expected:
+            raise RuntimeError(f"{system.label} returned {got} values for {selection.name}, "
+                               f"expected {expected}")
+    return {"seconds": statistics.median(runs), "runs": runs, "values": expected}
+
+
+def run_system(system: System, data: Dataset, data_int: Dataset, profile: Profile,
+               quick: bool) -> dict[str, Any]:
+    """Everything measured on one system, in one try/finally that stops its servers."""
+    result: dict[str, Any] = {"label": system.label}
+    step = "start"
+    try:
+        result["version"] = system.version()
+        system.start()
+        step = "load"
+        log.info("%s: loading %s readings", system.label, f"{data.spec.readings:,}")
+        ingest = system.load(data)
+        result["ingest_readings_per_s"] = ingest.readings_per_s
+        result["ingest_seconds"] = ingest.seconds
+        result["ingest_detail"] = ingest.extra
+        step = "storage"
+        result["bytes_per_reading"] = system.storage_bytes() / data.spec.readings
+        step = "queries"
+        by_devices, by_window = selections(data.spec)
+        queries: dict[str, Any] = {}
+        for sel in [*by_devices, *by_window]:
+            if sel.name in queries:
+                continue
+            expected = data.count(list(sel.devices), sel.start_us, sel.end_us,
+                                  system.timestamp_unit_us)
+            queries[sel.name] = time_query(system, data, sel, profile.repeats, expected)
+            log.info("%s: %s: %.3f s (%s values)", system.label, sel.name,
+                     queries[sel.name]["seconds"], f"{expected:,}")
+        result["queries"] = queries
+        result["query_100dev_10min_s"] = queries[KEY_SELECTION]["seconds"]
+        step = "extra measurements"
+        result.update(system.extra_measurements(data, quick))
+        step = "storage of the integer variant"
+        log.info("%s: storage of the integer variant", system.label)
+        result["bytes_per_reading_int"] = (
+            system.storage_bytes_of(data_int) / data_int.spec.readings)
+    except Exception as exc:
+        log.error("%s failed during %s: %s", system.label, step, exc)
+        result["error"] = f"{step}: {type(exc).__name__}: {exc}"
+        result["traceback"] = traceback.format_exc()
+    finally:
+        try:
+            system.stop()
+        except Exception as exc:
+            log.error("%s: stop failed: %s", system.label, exc)
+            result.setdefault("error", f"stop: {exc}")
+    return result
+
+
+def run_all(factories: dict[str, Callable[[Path], System]], workdir: Path, data: Dataset,
+            data_int: Dataset, profile: Profile, quick: bool) -> dict[str, dict[str, Any]]:
+    """Run the systems one after the other, each in its own folder `workdir/<key>`."""
+    results = {}
+    for key, factory in factories.items():
+        system = factory(workdir / key)
+        started = time.monotonic()
+        results[system.name] = run_system(system, data, data_int, profile, quick)
+        results[system.name]["wall_seconds"] = round(time.monotonic() - started, 1)
+        log.info("%s done in %.0f s", system.label, results[system.name]["wall_seconds"])
+    return results

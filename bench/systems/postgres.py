@@ -1,0 +1,200 @@
+"""PostgreSQL 15 (Debian package) with Kwollect's schema, loaded by parallel COPY workers.
+
+Kwollect keeps its readings in a TimescaleDB hypertable of 2-hour chunks. TimescaleDB is not
+packaged by Debian, so the table here is partitioned declaratively by time into 2-hour
+range partitions, which is what a hypertable does underneath (minus chunk compression).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import shutil
+import subprocess
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import psycopg
+
+from bench import payloads
+from bench.dataset import Dataset
+from bench.systems.base import Ingest, Selection, System, free_port
+
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+PARTITION_S = 2 * 3600
+SETTINGS = {  # everything else is PostgreSQL's default
+    "shared_buffers": "512MB",
+    "max_wal_size": "4GB",  # no checkpoint storm in the middle of the bulk load
+}
+TIMEOUT = 600.0
+
+
+class Postgres(System):
+    name = "peer_postgres"
+    label = "PostgreSQL 15"
+    workers = 2
+
+    def __init__(self, workdir: Path) -> None:
+        super().__init__(workdir)
+        self.pgdata = self.workdir / "pgdata"
+        self.socket_dir = self.workdir / "run"
+        self.port = 0
+        self.started = False
+        self.tables: list[str] = []
+
+    def version(self) -> str:
+        out = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", "postgresql-15"],
+                             capture_output=True, text=True, check=False)
+        return out.stdout.strip() or "unknown"
+
+    def _as_postgres(self, *argv: str) -> list[str]:
+        """initdb and the server refuse to run as root: run them as the postgres user."""
+        return ["runuser", "-u", "postgres", "--", *argv] if os.geteuid() == 0 else list(argv)
+
+    def start(self) -> None:
+        if not (PG_BIN / "postgres").exists():
+            raise RuntimeError("postgresql-15 is not installed: run bench/install-peers.sh")
+        shutil.rmtree(self.workdir, ignore_errors=True)
+        self.socket_dir.mkdir(parents=True)
+        if os.geteuid() == 0:
+            shutil.chown(self.workdir, "postgres", "postgres")
+            shutil.chown(self.socket_dir, "postgres", "postgres")
+        _run(self._as_postgres(
+            str(PG_BIN / "initdb"), "-D", str(self.pgdata), "-U", "postgres", "-A", "trust",
+            "-E", "UTF8", "--locale=C", "--no-sync",
+        ), timeout=120)
+        self.port = free_port()
+        options = " ".join([
+            f"-c port={self.port}", "-c listen_addresses=127.0.0.1",
+            f"-c unix_socket_directories={self.socket_dir}",
+            *(f"-c {k}={v}" for k, v in SETTINGS.items()),
+        ])
+        self.started = True
+        _run(self._as_postgres(
+            str(PG_BIN / "pg_ctl"), "-D", str(self.pgdata), "-l", str(self.workdir / "server.log"),
+            "-o", options, "-w", "-t", "120", "start",
+        ), timeout=150)
+
+    def _connect(self) -> psycopg.Connection:
+        return psycopg.connect(host="127.0.0.1", port=self.port, user="postgres",
+                               dbname="postgres", autocommit=True)
+
+    def _create_table(self, table: str, data: Dataset) -> None:
+        """Kwollect's table and index, with 2-hour time partitions covering the data."""
+        first = data.spec.start_us // 1_000_000 // PARTITION_S * PARTITION_S
+        with self._connect() as conn:
+            conn.execute(f"""
+                CREATE TABLE {table} (
+                    timestamp timestamptz NOT NULL,
+                    device_id text NOT NULL,
+                    metric_id text NOT NULL,
+                    value double precision,
+                    labels jsonb NOT NULL DEFAULT '{{}}'::jsonb
+                ) PARTITION BY RANGE (timestamp)""")
+            lo = first
+            while lo * 1_000_000 < data.spec.end_us:
+                hi = lo + PARTITION_S
+                conn.execute(
+                    f"CREATE TABLE {table}_{lo} PARTITION OF {table} "
+                    f"FOR VALUES FROM ('{_iso(lo)}') TO ('{_iso(hi)}')")
+                lo = hi
+            conn.execute(f"CREATE INDEX ON {table} (device_id, metric_id, timestamp)")
+        self.tables.append(table)
+
+    def _copy(self, table: str, data: Dataset) -> float:
+        """Load `data` with parallel COPY workers; return the seconds until committed."""
+        parts = payloads.postgres_csv(data, self.workers)
+        errors: list[BaseException] = []
+
+        def copy(path: Path) -> None:
+            try:
+                with self._connect() as conn, conn.cursor() as cur, cur.copy(
+                    f"COPY {table} (timestamp, device_id, metric_id, value, labels) "
+                    "FROM STDIN (FORMAT csv)"
+                ) as copy, open(path, "rb") as f:
+                    while block := f.read(1 << 20):
+                        copy.write(block)
+            except BaseException as exc:  # reported by the main thread
+                errors.append(exc)
+
+        start = time.monotonic()
+        threads = [threading.Thread(target=copy, args=(p,)) for p in parts]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(TIMEOUT)
+        if errors:
+            raise errors[0]
+        return time.monotonic() - start
+
+    def load(self, data: Dataset) -> Ingest:
+        self._create_table("metrics", data)
+        seconds = self._copy("metrics", data)
+        with self._connect() as conn:
+            (stored,) = conn.execute("SELECT count(*) FROM metrics").fetchone()  # type: ignore[misc]
+            conn.execute("VACUUM ANALYZE metrics")
+        if stored != data.spec.readings:
+            raise RuntimeError(f"PostgreSQL holds {stored} readings, {data.spec.readings} sent")
+        return Ingest(data.spec.readings, seconds, {"settings": SETTINGS})
+
+    def _size(self, table: str) -> int:
+        with self._connect() as conn:
+            row = conn.execute(
+                "SELECT sum(pg_total_relation_size(relid))::bigint "
+                "FROM pg_partition_tree(%s) WHERE isleaf", (table,)).fetchone()
+        return int(row[0]) if row and row[0] is not None else 0
+
+    def storage_bytes(self) -> int:
+        return self._size("metrics")
+
+    def storage_bytes_of(self, data: Dataset) -> int:
+        table = "metrics_" + ("int" if data.spec.integer else "float") + f"_{len(self.tables)}"
+        self._create_table(table, data)
+        self._copy(table, data)
+        with self._connect() as conn:
+            conn.execute(f"VACUUM ANALYZE {table}")
+        return self._size(table)
+
+    def fetch(self, data: Dataset, selection: Selection) -> bytes:
+        out = bytearray()
+        with self._connect() as conn, conn.cursor() as cur, cur.copy(
+            "COPY (SELECT timestamp, device_id, metric_id, value, labels FROM metrics "
+            "WHERE device_id = ANY(%s) AND timestamp >= %s AND timestamp < %s) TO STDOUT",
+            (selection.device_names(data), _dt(selection.start_us), _dt(selection.end_us)),
+        ) as copy:
+            for block in copy:
+                out += block
+        return bytes(out)
+
+    def count(self, fetched: bytes) -> int:
+        return fetched.count(b"\n")
+
+    def stop(self) -> None:
+        if not self.started:
+            return
+        self.started = False
+        result = subprocess.run(self._as_postgres(
+            str(PG_BIN / "pg_ctl"), "-D", str(self.pgdata), "-m", "fast", "-w", "-t", "60", "stop",
+        ), capture_output=True, timeout=90, check=False)
+        if result.returncode != 0 and (pid_file := self.pgdata / "postmaster.pid").exists():
+            pid = int(pid_file.read_text().split()[0])  # the postmaster we started
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _run(argv: list[str], timeout: float) -> None:
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed:\n{result.stdout}{result.stderr}")
+
+
+def _iso(epoch_s: int) -> str:
+    return datetime.fromtimestamp(epoch_s, UTC).isoformat()
+
+
+def _dt(epoch_us: int) -> datetime:
+    return datetime.fromtimestamp(epoch_us // 1_000_000, UTC).replace(
+        microsecond=epoch_us % 1_000_000)

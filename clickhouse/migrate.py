@@ -1,0 +1,122 @@
+"""Apply the ordered SQL migrations of clickhouse/migrations/ idempotently.
+
+`python -m clickhouse.migrate` connects over ClickHouse's HTTP interface (the local server
+of the embedded default, or a real cluster), applies each file not yet recorded in
+`schema_migrations`, in name order, after substituting `${NAME}` placeholders from
+settings, and refuses to go on if a recorded file was edited after it was applied.
+Retention is the one setting that may change later: it is re-applied as a TTL change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import sys
+from pathlib import Path
+
+import clickhouse_connect
+from clickhouse_connect.driver.client import Client
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+log = logging.getLogger("clickhouse.migrate")
+
+
+class MigrationSettings(BaseSettings):
+    """Env vars `JOBSCOPE_<NAME>`; the Kafka values are baked into the Kafka table."""
+
+    model_config = SettingsConfigDict(env_prefix="JOBSCOPE_", extra="ignore")
+
+    clickhouse_host: str = "127.0.0.1"
+    clickhouse_port: int = 8123
+    clickhouse_admin_user: str = "jobscope"
+    clickhouse_admin_password: SecretStr
+    clickhouse_database: str = "default"
+    kafka_bootstrap: str = "127.0.0.1:9092"
+    readings_topic: str = "readings"
+    consumer_group: str = "jobscope-clickhouse"
+    kafka_consumers: int = Field(1, ge=1, description="Kafka engine consumers (<= partitions)")
+    kafka_flush_interval_ms: int = Field(500, ge=10, description="max wait before a block is written")
+    retention_days: int = Field(90, ge=1)
+
+    def placeholders(self) -> dict[str, str]:
+        return {
+            "KAFKA_BROKERS": self.kafka_bootstrap,
+            "READINGS_TOPIC": self.readings_topic,
+            "CONSUMER_GROUP": self.consumer_group,
+            "KAFKA_CONSUMERS": str(self.kafka_consumers),
+            "KAFKA_FLUSH_INTERVAL_MS": str(self.kafka_flush_interval_ms),
+            "RETENTION_DAYS": str(self.retention_days),
+        }
+
+
+def render(sql: str, values: dict[str, str]) -> str:
+    def substitute(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in values:
+            raise KeyError(f"unknown placeholder ${{{name}}}")
+        return values[name]
+
+    return re.sub(r"\$\{([A-Z_]+)\}", substitute, sql)
+
+
+def connect(settings: MigrationSettings) -> Client:
+    return clickhouse_connect.get_client(
+        host=settings.clickhouse_host, port=settings.clickhouse_port,
+        username=settings.clickhouse_admin_user,
+        password=settings.clickhouse_admin_password.get_secret_value(),
+        database=settings.clickhouse_database,
+    )
+
+
+def apply_migrations(client: Client, settings: MigrationSettings,
+                     directory: Path = MIGRATIONS_DIR) -> list[str]:
+    """Apply pending migrations in order; return the names applied by this call."""
+    client.command(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (name String, checksum String, "
+        "applied_at DateTime64(3, 'UTC') DEFAULT now64(3)) ENGINE = MergeTree ORDER BY name"
+    )
+    recorded = dict(client.query("SELECT name, checksum FROM schema_migrations").result_rows)
+    applied = []
+    for path in sorted(directory.glob("*.sql")):
+        text = path.read_text()
+        checksum = hashlib.sha256(text.encode()).hexdigest()
+        if path.name in recorded:
+            if recorded[path.name] != checksum:
+                raise RuntimeError(
+                    f"{path.name} changed after it was applied: add a new migration instead"
+                )
+            continue
+        client.command(render(text, settings.placeholders()))
+        client.insert("schema_migrations", [[path.name, checksum]],
+                      column_names=["name", "checksum"])
+        applied.append(path.name)
+        log.info("applied %s", path.name)
+    ensure_retention(client, settings.retention_days)
+    return applied
+
+
+def ensure_retention(client: Client, days: int) -> None:
+    """Re-apply the TTL of raw readings when the configured retention changed."""
+    create = client.command(
+        "SELECT create_table_query FROM system.tables "
+        "WHERE database = currentDatabase() AND name = 'metrics'"
+    )
+    match = re.search(r"INTERVAL (\d+) DAY", str(create))
+    if match and int(match.group(1)) != days:
+        client.command(f"ALTER TABLE metrics MODIFY TTL toDateTime(timestamp) + INTERVAL {days:d} DAY")
+        log.info("retention of metrics changed to %d days", days)
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = MigrationSettings()  # type: ignore[call-arg]
+    applied = apply_migrations(connect(settings), settings)
+    log.info("schema up to date (%d migration(s) applied now)", len(applied))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,224 @@
+"""The asyncio runtime: polls each device group on wall-clock-aligned ticks and publishes.
+
+Entries of one device with the same `update_every` form a group; a group's tick polls all
+its plugins concurrently and publishes what they returned as one Kafka message. Ticks fall
+on multiples of `update_every` since the epoch, so every device with the same period is
+sampled at the same instants (synchronized sampling, as in DCDB). Each group has its own
+loop: a slow, hung or failing device only loses its own readings of that tick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+from producers.config import DeviceEntry, ProducerSettings
+from producers.message import pack
+from producers.plugins import plugin_for
+from producers.plugins.base import Plugin
+from producers.publisher import Publisher
+from producers.reading import Reading
+
+log = logging.getLogger(__name__)
+
+_CALLBACK_INTERVAL_S = 0.1
+_CLOSE_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class Group:
+    """The entries of one device polled together: one tick, one timestamp, one message."""
+
+    device_id: str
+    update_every_ms: int
+    members: tuple[tuple[DeviceEntry, Plugin], ...]
+
+
+@dataclass
+class PollCounters:
+    """Running totals since start, read by the stats log line."""
+
+    ticks: int = 0
+    readings: int = 0
+    poll_errors: int = 0
+    poll_timeouts: int = 0
+    missed_ticks: int = 0
+    nonfinite_values: int = 0
+    failing: set[tuple[str, str]] = field(default_factory=set)
+    """(device_id, name) of the entries whose last poll failed or timed out."""
+
+
+def build_groups(entries: Sequence[DeviceEntry]) -> list[Group]:
+    """Build each entry's plugin and group the entries by (device_id, update_every)."""
+    members: dict[tuple[str, int], list[tuple[DeviceEntry, Plugin]]] = {}
+    for entry in entries:
+        plugin = plugin_for(entry.url).from_entry(entry)
+        members.setdefault((entry.device_id, entry.update_every), []).append((entry, plugin))
+    return [Group(device_id, period, tuple(group))
+            for (device_id, period), group in members.items()]
+
+
+def now_us() -> int:
+    return time.time_ns() // 1000
+
+
+def next_tick_us(now: int, period_us: int) -> int:
+    """The first multiple of `period_us` strictly after `now`."""
+    return (now // period_us + 1) * period_us
+
+
+class Runtime:
+    def __init__(self, groups: Sequence[Group], publisher: Publisher,
+                 settings: ProducerSettings) -> None:
+        self.groups = groups
+        self.publisher = publisher
+        self.settings = settings
+        self.counters = PollCounters()
+        self._nonfinite_seen: set[tuple[str, str]] = set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Poll until `stop` is set, then cancel the loops and close the plugins."""
+        tasks = [asyncio.create_task(self._group_loop(group), name=f"group {group.device_id}")
+                 for group in self.groups]
+        tasks.append(asyncio.create_task(self._serve_callbacks()))
+        tasks.append(asyncio.create_task(self._log_stats()))
+        await stop.wait()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        closing = [asyncio.create_task(plugin.close())
+                   for group in self.groups for _, plugin in group.members]
+        if closing:
+            await asyncio.wait(closing, timeout=_CLOSE_TIMEOUT_S)
+
+    async def _group_loop(self, group: Group) -> None:
+        period = group.update_every_ms * 1000
+        tick = next_tick_us(now_us(), period)
+        while True:
+            while (delay := tick - now_us()) > 0:
+                if delay > period:  # the wall clock stepped back: realign
+                    tick = next_tick_us(now_us(), period)
+                    continue
+                await asyncio.sleep(delay / 1e6)
+            try:
+                await self._tick(group, tick, period)
+            except Exception:  # a bug must not end this device's polling for good
+                log.exception("tick failed: device_id=%s", group.device_id)
+            following = tick + period
+            if (behind := now_us() - following) >= 0:
+                missed = behind // period + 1
+                self.counters.missed_ticks += missed
+                log.warning("device_id=%s: tick took longer than its %d ms period: "
+                            "%d tick(s) skipped", group.device_id, group.update_every_ms, missed)
+                following += missed * period
+            tick = following
+
+    async def _tick(self, group: Group, tick: int, period: int) -> None:
+        timestamp = now_us()
+        deadline = tick + int(period * self.settings.poll_timeout_ratio)
+        readings = await self._poll(group, timestamp, (deadline - timestamp) / 1e6)
+        packed = pack(readings)
+        for reading in packed.skipped:
+            self._report_nonfinite(reading)
+        self.counters.ticks += 1
+        if packed.count:
+            await self.publisher.publish(group.device_id, packed.payload, packed.count)
+            self.counters.readings += packed.count
+
+    async def _poll(self, group: Group, timestamp: int, timeout: float) -> list[Reading]:
+        """Poll every member at once; what is not back within `timeout` s is cancelled."""
+        tasks = [asyncio.create_task(plugin.poll(timestamp)) for _, plugin in group.members]
+        _, pending = await asyncio.wait(tasks, timeout=max(timeout, 0))
+        readings: list[Reading] = []
+        for (entry, _), task in zip(group.members, tasks, strict=True):
+            if task in pending:
+                task.cancel()
+                self.counters.poll_timeouts += 1
+                self._failed(entry, f"no answer within {timeout * 1000:.0f} ms, poll cancelled")
+            elif task.cancelled() or task.exception() is not None:
+                self.counters.poll_errors += 1
+                error = "cancelled" if task.cancelled() else repr(task.exception())
+                self._failed(entry, error)
+            else:
+                readings.extend(task.result())
+                self._recovered(entry)
+        return readings
+
+    def _failed(self, entry: DeviceEntry, error: str) -> None:
+        """Log a failing entry once, when it starts failing; the stats line counts repeats."""
+        key = (entry.device_id, entry.name)
+        if key not in self.counters.failing:
+            self.counters.failing.add(key)
+            log.error("poll failed: device_id=%s url=%s name=%s: %s (no readings until it "
+                      "recovers; repeats are only counted)",
+                      entry.device_id, entry.url, entry.name, error)
+
+    def _recovered(self, entry: DeviceEntry) -> None:
+        key = (entry.device_id, entry.name)
+        if key in self.counters.failing:
+            self.counters.failing.discard(key)
+            log.info("poll recovered: device_id=%s url=%s", entry.device_id, entry.url)
+
+    def _report_nonfinite(self, reading: Reading) -> None:
+        """Count every non-finite value; log the first one of each metric."""
+        self.counters.nonfinite_values += 1
+        key = (reading.device_id, reading.metric_id)
+        if key not in self._nonfinite_seen:
+            self._nonfinite_seen.add(key)
+            log.warning("device_id=%s metric_id=%s: value %r cannot be published (JSON has "
+                        "no NaN/inf); such values are skipped and counted",
+                        reading.device_id, reading.metric_id, reading.value)
+
+    async def _serve_callbacks(self) -> None:
+        while True:
+            self.publisher.serve_callbacks()
+            await asyncio.sleep(_CALLBACK_INTERVAL_S)
+
+    async def _log_stats(self) -> None:
+        """Every `stats_interval_s`: what happened since the previous line."""
+        interval = self.settings.stats_interval_s
+        before = self._totals()
+        while True:
+            await asyncio.sleep(interval)
+            totals = self._totals()
+            delta = {key: totals[key] - before[key] for key in totals}
+            before = totals
+            log.info(
+                "last %.0f s: %.1f readings/s, %d messages delivered, %d poll errors, "
+                "%d poll timeouts, %d missed ticks, %d delivery failures, %d non-finite "
+                "values; now %d entries failing, %d messages awaiting delivery",
+                interval, delta["readings"] / interval, delta["messages_delivered"],
+                delta["poll_errors"], delta["poll_timeouts"], delta["missed_ticks"],
+                delta["messages_failed"], delta["nonfinite_values"],
+                len(self.counters.failing), self.publisher.undelivered())
+
+    def _totals(self) -> dict[str, int]:
+        counters = asdict(self.counters)
+        del counters["failing"]
+        return {**counters, **asdict(self.publisher.counters)}
+
+
+async def run_producers(settings: ProducerSettings, entries: Sequence[DeviceEntry]) -> int:
+    """Poll and publish until SIGTERM or SIGINT; flush; 0 if every message was delivered."""
+    groups = build_groups(entries)
+    publisher = Publisher(settings)
+    runtime = Runtime(groups, publisher, settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    log.info("polling %d entries of %d devices in %d groups; publishing to %s on %s",
+             len(entries), len({entry.device_id for entry in entries}), len(groups),
+             settings.readings_topic, settings.kafka_bootstrap)
+    await runtime.run(stop)
+    log.info("stopping: polling stopped, flushing %d messages", publisher.undelivered())
+    left = publisher.flush(settings.shutdown_timeout_s)
+    sent = publisher.counters
+    log.info("stopped: %d messages queued, %d delivered (%d readings), %d failed, "
+             "%d undelivered", sent.messages_queued, sent.messages_delivered,
+             sent.readings_delivered, sent.messages_failed, left)
+    return 0 if left == 0 else 1

@@ -1,0 +1,71 @@
+"""`python -m stack up|down|status`: the embedded default on one machine."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from stack import services
+from stack.config import StackSettings
+
+
+def up(settings: StackSettings) -> None:
+    began = time.monotonic()
+    steps = (
+        ("Kafka broker", services.start_kafka),
+        ("ClickHouse server + schema", services.start_clickhouse),
+        ("producers", services.start_producers),
+        ("API", services.start_api),
+    )
+    for label, start in steps:
+        print(f"starting {label} ...", flush=True)
+        start(settings)
+    print(f"\njobscope is up ({time.monotonic() - began:.0f} s). State: {settings.state_dir}\n")
+    status(settings)
+    print(
+        f"\nTry: curl '{settings.api_url}/api/metrics?devices=node-1&metrics=tester_value_00'"
+        f"\nDocs: {settings.api_url}/docs    Stop: make down    Passwords: "
+        f"{settings.state_dir / 'secrets.env'}"
+    )
+
+
+def status(settings: StackSettings) -> bool:
+    where = {
+        "kafka": f"kafka://{settings.kafka_bootstrap} (topics readings, jobs, ondemand)",
+        "clickhouse": f"{settings.clickhouse_url} (HTTP interface; users jobscope, reader)",
+        "producers": f"polling {settings.devices_file.name} -> topic readings",
+        "api": f"{settings.api_url} (REST; /docs, /health)",
+    }
+    all_running = True
+    for name in reversed(services.STOP_ORDER):
+        proc = services.process(settings, name)
+        pid = proc.pid()
+        all_running &= pid is not None
+        state = f"pid {pid}" if pid else "stopped"
+        print(f"  {name:<11} {state:<11} {where[name]}\n  {'':<11} {'':<11} log: {proc.log_file}")
+    return all_running
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m stack", description=__doc__)
+    parser.add_argument("command", choices=("up", "down", "status"))
+    command = parser.parse_args().command
+    settings = StackSettings()
+    if command == "up":
+        try:
+            up(settings)
+        except Exception as exc:
+            print(f"\nmake up failed: {exc}\nLogs are in {settings.log_dir}", file=sys.stderr)
+            return 1
+    elif command == "down":
+        stopped = services.stop_all(settings)
+        print(f"stopped: {', '.join(stopped) or 'nothing was running'} (data kept in "
+              f"{settings.state_dir})")
+    else:
+        return 0 if status(settings) else 3
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

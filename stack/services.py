@@ -1,0 +1,97 @@
+"""Each jobscope process of the embedded default: how it starts and when it is healthy."""
+
+from __future__ import annotations
+
+import sys
+import urllib.request
+from pathlib import Path
+
+from clickhouse.migrate import MigrationSettings, apply_migrations, connect
+from stack import kafka_broker, secrets, topics
+from stack.config import REPO_ROOT, StackSettings
+from stack.processes import ManagedProcess, wait_until
+
+
+def component_env(settings: StackSettings) -> dict[str, str]:
+    """The environment every component reads its settings from (see the README)."""
+    return {
+        **secrets.load_or_create(settings.state_dir),
+        "JOBSCOPE_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+        "JOBSCOPE_CLICKHOUSE_HOST": settings.host,
+        "JOBSCOPE_CLICKHOUSE_PORT": str(settings.clickhouse_port),
+        "JOBSCOPE_CLICKHOUSE_DATA_DIR": str(settings.state_dir / "clickhouse"),
+        "JOBSCOPE_API_HOST": settings.host,
+        "JOBSCOPE_API_PORT": str(settings.api_port),
+        "JOBSCOPE_RETENTION_DAYS": str(settings.retention_days),
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def process(settings: StackSettings, name: str) -> ManagedProcess:
+    return ManagedProcess(name, settings.pid_dir, settings.log_dir)
+
+
+def _http_ok(url: str) -> bool:
+    with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310 (loopback only)
+        return response.status == 200
+
+
+def start_kafka(settings: StackSettings) -> None:
+    kafka_broker.start(settings)
+    topics.ensure_topics(settings.kafka_bootstrap)
+
+
+def start_clickhouse(settings: StackSettings, timeout: float = 60.0) -> None:
+    """Start the local ClickHouse server and apply the schema."""
+    env = component_env(settings)
+    process(settings, "clickhouse").start(
+        [sys.executable, "-m", "clickhouse.server"], env=env, cwd=REPO_ROOT,
+        ports=[(settings.host, settings.clickhouse_port)],
+    )
+    wait_until(lambda: _http_ok(f"{settings.clickhouse_url}/ping"), timeout,
+               f"ClickHouse on {settings.clickhouse_url}")
+    apply_schema(settings)
+
+
+def apply_schema(settings: StackSettings) -> None:
+    env = component_env(settings)
+    migration = MigrationSettings(
+        clickhouse_host=settings.host, clickhouse_port=settings.clickhouse_port,
+        clickhouse_admin_password=env["JOBSCOPE_CLICKHOUSE_ADMIN_PASSWORD"],
+        kafka_bootstrap=settings.kafka_bootstrap, retention_days=settings.retention_days,
+    )
+    apply_migrations(connect(migration), migration)
+
+
+def start_producers(settings: StackSettings, devices_file: Path | None = None,
+                    name: str = "producers") -> ManagedProcess:
+    proc = process(settings, name)
+    proc.start(
+        [sys.executable, "-m", "producers", "--devices", str(devices_file or settings.devices_file)],
+        env=component_env(settings), cwd=REPO_ROOT,
+    )
+    return proc
+
+
+def start_api(settings: StackSettings, timeout: float = 60.0) -> None:
+    process(settings, "api").start(
+        [sys.executable, "-m", "api"], env=component_env(settings), cwd=REPO_ROOT,
+        ports=[(settings.host, settings.api_port)],
+    )
+    wait_until(lambda: _http_ok(f"{settings.api_url}/health"), timeout,
+               f"the API on {settings.api_url}")
+
+
+# Stop order: readers and writers first, the broker last.
+STOP_ORDER = ("api", "producers", "clickhouse", "kafka")
+
+
+def stop_all(settings: StackSettings) -> list[str]:
+    """Stop every process this state directory started; return the names stopped."""
+    stopped = []
+    for name in STOP_ORDER:
+        proc = process(settings, name)
+        if proc.is_running():
+            proc.stop(timeout=30)
+            stopped.append(name)
+    return stopped
