@@ -35,21 +35,39 @@ log = logging.getLogger("bench")
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("--quick", action="store_true",
-                        help=f"{QUICK.devices} devices x {QUICK.duration_s // 60} min instead of "
-                             f"{FULL.devices} x {FULL.duration_s // 60} min (same code paths)")
-    parser.add_argument("--systems", default=",".join(SYSTEMS),
-                        help="comma-separated subset of: " + ", ".join(SYSTEMS))
-    parser.add_argument("--state-dir", type=Path, default=REPO_ROOT / "state" / "bench",
-                        help="servers' data and the cached data sets")
-    parser.add_argument("--out-dir", type=Path, default=REPO_ROOT,
-                        help="where bench-results.json and bench-plots/ are written")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"{QUICK.devices} devices x {QUICK.duration_s // 60} min instead of "
+        f"{FULL.devices} x {FULL.duration_s // 60} min (same code paths)",
+    )
+    parser.add_argument(
+        "--systems",
+        default=",".join(SYSTEMS),
+        help="comma-separated subset of: " + ", ".join(SYSTEMS),
+    )
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=REPO_ROOT / "state" / "bench",
+        help="servers' data and the cached data sets",
+    )
+    parser.add_argument(
+        "--out-dir",
+        type=Path,
+        default=REPO_ROOT,
+        help="where bench-results.json and bench-plots/ are written",
+    )
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s",
-                        datefmt="%H:%M:%S", stream=sys.stderr)
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+        stream=sys.stderr,
+    )
     args = parse_args(sys.argv[1:] if argv is None else argv)
     chosen = [s.strip() for s in args.systems.split(",") if s.strip()]
     unknown = set(chosen) - set(SYSTEMS)
@@ -65,25 +83,29 @@ def main(argv: list[str] | None = None) -> int:
         data_int = load_or_generate(profile.spec(integer=True), state / "data")
         prepare_s = time.monotonic() - started
         log.info("data: %s (ready in %.1f s)", data.spec.describe(), prepare_s)
-        systems = run_all({k: SYSTEMS[k] for k in chosen}, state / "runs", data, data_int,
-                          profile, args.quick)
+        systems = run_all(
+            {k: SYSTEMS[k] for k in chosen}, state / "runs", data, data_int, profile, args.quick
+        )
 
-    results = report.flatten(systems, {
-        "profile": profile.name,
-        "dataset": {
-            "description": data.spec.describe(),
-            "readings": data.spec.readings,
-            "devices": data.spec.devices,
-            "metrics": data.spec.metrics,
-            "period_s": data.spec.period_s,
-            "duration_s": data.spec.duration_s,
-            "start": START.isoformat(),
-            "seed": data.spec.seed,
-            "prepare_seconds": round(prepare_s, 1),
+    results = report.flatten(
+        systems,
+        {
+            "profile": profile.name,
+            "dataset": {
+                "description": data.spec.describe(),
+                "readings": data.spec.readings,
+                "devices": data.spec.devices,
+                "metrics": data.spec.metrics,
+                "period_s": data.spec.period_s,
+                "duration_s": data.spec.duration_s,
+                "start": START.isoformat(),
+                "seed": data.spec.seed,
+                "prepare_seconds": round(prepare_s, 1),
+            },
+            "machine": machine.summary(),
+            "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
         },
-        "machine": machine.summary(),
-        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
-    })
+    )
     out = args.out_dir.resolve()
     report.write_json(out / "bench-results.json", results)
     pngs = report.plots(systems, out / "bench-plots", data.spec.duration_s / 60)

@@ -24,21 +24,38 @@ US = 1_000_000
 
 # The metric catalogue: (kind, Prometheus name). 100 metrics per device.
 POWER = [
-    "bmc_power_watt", "pdu_outlet_power_watt", "wattmetre_power_watt", "bmc_psu1_power_watt",
-    "bmc_psu2_power_watt", "rapl_package0_power_watt", "rapl_package1_power_watt",
+    "bmc_power_watt",
+    "pdu_outlet_power_watt",
+    "wattmetre_power_watt",
+    "bmc_psu1_power_watt",
+    "bmc_psu2_power_watt",
+    "rapl_package0_power_watt",
+    "rapl_package1_power_watt",
     "rapl_dram_power_watt",
 ]
 VOLTAGE = [  # (name, nominal volts)
-    ("bmc_voltage_12v_volt", 12.0), ("bmc_voltage_5v_volt", 5.0), ("bmc_voltage_3v3_volt", 3.3),
-    ("bmc_voltage_vbat_volt", 3.0), ("bmc_voltage_cpu0_vcore_volt", 1.8),
-    ("bmc_voltage_cpu1_vcore_volt", 1.8), ("bmc_voltage_dimm_ab_volt", 1.2),
-    ("bmc_voltage_dimm_cd_volt", 1.2), ("bmc_voltage_dimm_ef_volt", 1.2),
-    ("bmc_voltage_dimm_gh_volt", 1.2), ("bmc_psu1_input_volt", 230.0),
+    ("bmc_voltage_12v_volt", 12.0),
+    ("bmc_voltage_5v_volt", 5.0),
+    ("bmc_voltage_3v3_volt", 3.3),
+    ("bmc_voltage_vbat_volt", 3.0),
+    ("bmc_voltage_cpu0_vcore_volt", 1.8),
+    ("bmc_voltage_cpu1_vcore_volt", 1.8),
+    ("bmc_voltage_dimm_ab_volt", 1.2),
+    ("bmc_voltage_dimm_cd_volt", 1.2),
+    ("bmc_voltage_dimm_ef_volt", 1.2),
+    ("bmc_voltage_dimm_gh_volt", 1.2),
+    ("bmc_psu1_input_volt", 230.0),
     ("bmc_psu2_input_volt", 230.0),
 ]
 TEMPERATURE = (
-    ["bmc_temp_inlet_celsius", "bmc_temp_exhaust_celsius", "bmc_temp_pch_celsius",
-     "bmc_temp_cpu0_celsius", "bmc_temp_cpu1_celsius", "bmc_temp_psu1_celsius"]
+    [
+        "bmc_temp_inlet_celsius",
+        "bmc_temp_exhaust_celsius",
+        "bmc_temp_pch_celsius",
+        "bmc_temp_cpu0_celsius",
+        "bmc_temp_cpu1_celsius",
+        "bmc_temp_psu1_celsius",
+    ]
     + [f"bmc_temp_dimm{i}_celsius" for i in range(8)]
     + [f"node_hwmon_core{i}_temp_celsius" for i in range(16)]
 )
@@ -48,12 +65,18 @@ COUNTER = (
     + [f"network_ifhcoutoctets_port{i}_total" for i in range(8)]
     + [f"network_ifhcinucastpkts_port{i}_total" for i in range(8)]
     + [f"network_ifhcoutucastpkts_port{i}_total" for i in range(8)]
-    + ["network_ifinerrors_port0_total", "network_ifinerrors_port1_total",
-       "network_ifoutdiscards_port0_total", "network_ifoutdiscards_port1_total"]
+    + [
+        "network_ifinerrors_port0_total",
+        "network_ifinerrors_port1_total",
+        "network_ifoutdiscards_port0_total",
+        "network_ifoutdiscards_port1_total",
+    ]
 )
 ENERGY = [  # joule counters integrated from the first power metrics
-    "bmc_energy_joules_total", "pdu_outlet_energy_joules_total",
-    "wattmetre_energy_joules_total", "bmc_psu1_energy_joules_total",
+    "bmc_energy_joules_total",
+    "pdu_outlet_energy_joules_total",
+    "wattmetre_energy_joules_total",
+    "bmc_psu1_energy_joules_total",
 ]
 METRIC_NAMES: tuple[str, ...] = tuple(
     POWER + [n for n, _ in VOLTAGE] + TEMPERATURE + FAN + COUNTER + ENERGY
@@ -95,13 +118,17 @@ class DatasetSpec:
 
     def key(self) -> str:
         variant = "int" if self.integer else "float"
-        return (f"v{GENERATOR_VERSION}-d{self.devices}-m{self.metrics}-p{self.period_s}"
-                f"-t{self.duration_s}-seed{self.seed}-j{self.jitter_ms:g}-{variant}")
+        return (
+            f"v{GENERATOR_VERSION}-d{self.devices}-m{self.metrics}-p{self.period_s}"
+            f"-t{self.duration_s}-seed{self.seed}-j{self.jitter_ms:g}-{variant}"
+        )
 
     def describe(self) -> str:
-        return (f"{self.devices} devices x {self.metrics} metrics every {self.period_s} s for "
-                f"{self.duration_s // 60} min = {self.readings:,} readings"
-                f" ({'integer' if self.integer else 'float'} values)")
+        return (
+            f"{self.devices} devices x {self.metrics} metrics every {self.period_s} s for "
+            f"{self.duration_s // 60} min = {self.readings:,} readings"
+            f" ({'integer' if self.integer else 'float'} values)"
+        )
 
 
 def device_names(n: int) -> list[str]:
@@ -164,8 +191,12 @@ def generate(spec: DatasetSpec) -> tuple[np.ndarray, np.ndarray]:
     margin = int(4 * jitter_us) + 1
     phase = rng.integers(margin, period_us - margin, size=d)
     jitter = np.clip(rng.normal(0, jitter_us, size=(t, d)), -3 * jitter_us, 3 * jitter_us)
-    poll_us = (spec.start_us + np.arange(t)[:, None] * period_us + phase[None, :]
-               + np.rint(jitter).astype(np.int64))
+    poll_us = (
+        spec.start_us
+        + np.arange(t)[:, None] * period_us
+        + phase[None, :]
+        + np.rint(jitter).astype(np.int64)
+    )
 
     def walk(base: np.ndarray, step: float, noise: float, k: int) -> np.ndarray:
         """A random walk around per-device, per-metric `base` plus measurement noise."""
@@ -175,7 +206,8 @@ def generate(spec: DatasetSpec) -> tuple[np.ndarray, np.ndarray]:
     power = np.maximum(walk(rng.uniform(80, 400, (d, len(POWER))), 2.0, 1.5, len(POWER)), 5.0)
     nominal = np.array([v for _, v in VOLTAGE])
     voltage = nominal[None, None, :] * (
-        1 + walk(np.zeros((d, len(VOLTAGE))), 0.0005, 0.004, len(VOLTAGE)).clip(-0.05, 0.05))
+        1 + walk(np.zeros((d, len(VOLTAGE))), 0.0005, 0.004, len(VOLTAGE)).clip(-0.05, 0.05)
+    )
     temperature = walk(rng.uniform(25, 65, (d, len(TEMPERATURE))), 0.15, 0.4, len(TEMPERATURE))
     fan = np.maximum(walk(rng.uniform(3000, 12000, (d, len(FAN))), 25.0, 60.0, len(FAN)), 0.0)
     # Counters: non-negative increments per poll at a per-device rate, from a random origin.
@@ -184,7 +216,8 @@ def generate(spec: DatasetSpec) -> tuple[np.ndarray, np.ndarray]:
     origin = np.floor(rng.uniform(0, 1e12, (d, len(COUNTER))))
     counter = origin[None] + increments.cumsum(axis=0)
     energy = rng.uniform(1e6, 1e9, (d, len(ENERGY)))[None] + (
-        power[:, :, : len(ENERGY)] * spec.period_s).cumsum(axis=0)
+        power[:, :, : len(ENERGY)] * spec.period_s
+    ).cumsum(axis=0)
     values = np.concatenate([power, voltage, temperature, fan, counter, energy], axis=2)
     if spec.integer:
         voltage_slice = slice(len(POWER), len(POWER) + len(VOLTAGE))

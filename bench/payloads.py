@@ -44,7 +44,7 @@ def _poll_batches(data: Dataset, part: int, parts: int) -> Iterator[_Batch]:
     order = data.poll_order()
     order = order[order[:, 1] % parts == part]
     for lo in range(0, len(order), BATCH_POLLS):
-        tick, dev = order[lo:lo + BATCH_POLLS].T
+        tick, dev = order[lo : lo + BATCH_POLLS].T
         yield _Batch(data, tick, dev)
 
 
@@ -79,16 +79,20 @@ def victoriametrics_csv(data: Dataset, parts: int = 2) -> list[Path]:
 
     def batches(part: int) -> Iterator[pa.RecordBatch]:
         for b in _poll_batches(data, part, parts):
-            yield pa.record_batch({
-                "ms": pa.array(b.ts_us // 1000),
-                "device": devices.take(b.dev),
-                "metric": metrics.take(b.met),
-                "value": b.value,
-            })
+            yield pa.record_batch(
+                {
+                    "ms": pa.array(b.ts_us // 1000),
+                    "device": devices.take(b.dev),
+                    "metric": metrics.take(b.met),
+                    "value": b.value,
+                }
+            )
 
     return [
-        _cached(data.folder / f"victoriametrics-{part}-of-{parts}.csv",
-                lambda p, part=part: _write_csv(p, batches(part)))  # type: ignore[misc]
+        _cached(
+            data.folder / f"victoriametrics-{part}-of-{parts}.csv",
+            lambda p, part=part: _write_csv(p, batches(part)),
+        )  # type: ignore[misc]
         for part in range(parts)
     ]
 
@@ -99,17 +103,21 @@ def postgres_csv(data: Dataset, parts: int = 2) -> list[Path]:
 
     def batches(part: int) -> Iterator[pa.RecordBatch]:
         for b in _poll_batches(data, part, parts):
-            yield pa.record_batch({
-                "timestamp": b.stamps("%Y-%m-%d %H:%M:%S+00"),
-                "device_id": devices.take(b.dev),
-                "metric_id": metrics.take(b.met),
-                "value": b.value,
-                "labels": pa.repeat(pa.scalar("{}"), len(b.value)),
-            })
+            yield pa.record_batch(
+                {
+                    "timestamp": b.stamps("%Y-%m-%d %H:%M:%S+00"),
+                    "device_id": devices.take(b.dev),
+                    "metric_id": metrics.take(b.met),
+                    "value": b.value,
+                    "labels": pa.repeat(pa.scalar("{}"), len(b.value)),
+                }
+            )
 
     return [
-        _cached(data.folder / f"postgres-{part}-of-{parts}.csv",
-                lambda p, part=part: _write_csv(p, batches(part)))  # type: ignore[misc]
+        _cached(
+            data.folder / f"postgres-{part}-of-{parts}.csv",
+            lambda p, part=part: _write_csv(p, batches(part)),
+        )  # type: ignore[misc]
         for part in range(parts)
     ]
 
@@ -122,6 +130,64 @@ def jsoneachrow_lines(data: Dataset, part: int = 0, parts: int = 1) -> Iterator[
     metrics = _names([f'{m}","value":' for m in data.metrics])
     for b in _poll_batches(data, part, parts):
         yield pc.binary_join_element_wise(
-            '{"timestamp":"', b.stamps("%Y-%m-%d %H:%M:%S"), devices.take(b.dev),
-            metrics.take(b.met), pc.cast(b.value, pa.string()), ',"labels":{}}\n', "",
+            '{"timestamp":"',
+            b.stamps("%Y-%m-%d %H:%M:%S"),
+            devices.take(b.dev),
+            metrics.take(b.met),
+            pc.cast(b.value, pa.string()),
+            ',"labels":{}}\n',
+            "",
         )
+
+
+class KafkaMessages:
+    """The JSONEachRow lines of one part of a data set in one file, and where each line and
+    each poll starts: messages are slices of whole lines of one poll (one device)."""
+
+    def __init__(
+        self, body: Path, line_starts: np.ndarray, poll_devices: np.ndarray, per_poll: int
+    ) -> None:
+        self.body = body
+        self.line_starts = line_starts  # int64, one per line plus the end of the file
+        self.poll_devices = poll_devices  # device index of each poll
+        self.per_poll = per_poll
+
+    def slices(self, per_message: int) -> Iterator[tuple[int, int, int]]:
+        """(device index, start, end) of each message of `per_message` readings (which must
+        divide the readings of a poll: a message never mixes two polls)."""
+        if self.per_poll % per_message:
+            raise ValueError(f"{per_message} readings per message do not divide a poll")
+        starts = self.line_starts
+        for line in range(0, len(starts) - 1, per_message):
+            yield (
+                int(self.poll_devices[line // self.per_poll]),
+                int(starts[line]),
+                int(starts[line + per_message]),
+            )
+
+
+def kafka_messages(data: Dataset, part: int = 0, parts: int = 1) -> KafkaMessages:
+    """The readings of `part` as jobscope's producers put them on the readings topic
+    (producers/message.py `pack`: one JSON object per line), cached on disk."""
+    stem = data.folder / f"jsoneachrow-{part}-of-{parts}"
+    body, index, devices = (stem.with_suffix(s) for s in (".jsonl", ".lines.npy", ".polls.npy"))
+    if not devices.exists():
+        starts: list[np.ndarray] = []
+        polls: list[np.ndarray] = []
+        position = 0
+        tmp = body.with_name(body.name + ".tmp")
+        with open(tmp, "wb") as out:
+            for batch, lines in zip(
+                _poll_batches(data, part, parts), jsoneachrow_lines(data, part, parts), strict=True
+            ):
+                offsets = np.frombuffer(lines.buffers()[1], np.int32)[
+                    lines.offset : lines.offset + len(lines) + 1
+                ].astype(np.int64)
+                out.write(memoryview(lines.buffers()[2])[offsets[0] : offsets[-1]])
+                starts.append(offsets[:-1] - offsets[0] + position)
+                position += int(offsets[-1] - offsets[0])
+                polls.append(batch.poll_dev.astype(np.int32))
+        tmp.rename(body)
+        np.save(index, np.concatenate([*starts, np.array([position], np.int64)]))
+        np.save(devices, np.concatenate(polls))
+    return KafkaMessages(body, np.load(index), np.load(devices), data.spec.metrics)

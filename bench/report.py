@@ -59,15 +59,20 @@ def flatten(systems: dict[str, dict[str, Any]], extra: dict[str, Any]) -> dict[s
         out[f"{peer}_bytes_per_reading_int"] = r.get("bytes_per_reading_int")
         out[f"{peer}_query_100dev_10min_s"] = r.get("query_100dev_10min_s")
     out["ratios"] = {
-        f"{key}_vs_{peer.removeprefix('peer_')}": ratio(ours.get(key), systems.get(peer, {})
-                                                        .get(key), key)
-        for _, key, _ in ROWS for peer in PEERS
+        f"{key}_vs_{peer.removeprefix('peer_')}": ratio(
+            ours.get(key), systems.get(peer, {}).get(key), key
+        )
+        for _, key, _ in ROWS
+        for peer in PEERS
     }
     out["queries_s"] = {
         name: {sel: q["seconds"] for sel, q in r.get("queries", {}).items()}
         for name, r in systems.items()
     }
     out["errors"] = {name: r["error"] for name, r in systems.items() if "error" in r}
+    for name, r in systems.items():
+        for step, error in r.get("failed_measurements", {}).items():
+            out["errors"][f"{name}.{step}"] = error
     out.update(extra)
     out["notes"] = NOTES
     out["systems"] = systems
@@ -86,10 +91,14 @@ def markdown(systems: dict[str, dict[str, Any]], results: dict[str, Any]) -> str
     if OURS in systems:
         head += [f"jobscope vs {systems[p]['label']}" for p in peers]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    query_rows = [
-        (f"query {sel.replace(',', ', ')}, s", sel)
-        for sel in systems.get(names[0], {}).get("queries", {})
-    ] if names else []
+    query_rows = (
+        [
+            (f"query {sel.replace(',', ', ')}, s", sel)
+            for sel in systems.get(names[0], {}).get("queries", {})
+        ]
+        if names
+        else []
+    )
 
     def row(title: str, get: Any, fmt: str, key: str) -> None:
         cells = [title] + [_fmt(get(systems[n]), fmt) for n in names]
@@ -102,21 +111,14 @@ def markdown(systems: dict[str, dict[str, Any]], results: dict[str, Any]) -> str
     for title, key, fmt in ROWS:
         row(title, lambda r, key=key: r.get(key), fmt, key)
     for title, sel in query_rows:
-        row(title, lambda r, sel=sel: r.get("queries", {}).get(sel, {}).get("seconds"),
-            "{:.3f}", "query")
+        row(
+            title,
+            lambda r, sel=sel: r.get("queries", {}).get(sel, {}).get("seconds"),
+            "{:.3f}",
+            "query",
+        )
     if OURS in systems:
-        js = systems[OURS]
-        for title, key, fmt in [
-            ("jobscope: Kafka engine drain of a full topic, readings/s",
-             "ingest_drain_readings_per_s", "{:,.0f}"),
-            ("jobscope: freshness p50 / p99 under steady load, s", None, ""),
-            ("jobscope: API, 1 M readings, s", "api_1m_readings_s", "{:.3f}"),
-        ]:
-            if key is None:
-                value = (f"{_fmt(js.get('freshness_p50_s'), '{:.2f}')} / "
-                         f"{_fmt(js.get('freshness_p99_s'), '{:.2f}')}")
-            else:
-                value = _fmt(js.get(key), fmt)
+        for title, value in jobscope_rows(systems[OURS]):
             lines.append("| " + " | ".join([title, value] + [""] * (len(head) - 2)) + " |")
     machine = results.get("machine", {})
     dataset = results.get("dataset", {})
@@ -128,13 +130,42 @@ def markdown(systems: dict[str, dict[str, Any]], results: dict[str, Any]) -> str
         f"during {machine.get('load1_max_during')}, CPU busy "
         f"{100 * machine.get('cpu_busy_fraction_during', 0):.0f}% over "
         f"{machine.get('run_seconds')} s.",
-        "Versions: " + ", ".join(f"{systems[n]['label']} {systems[n].get('version', '?')}"
-                                 for n in names) + ".",
+        "Versions: "
+        + ", ".join(f"{systems[n]['label']} {systems[n].get('version', '?')}" for n in names)
+        + ".",
         *[f"- {note}" for note in NOTES],
     ]
     for name, error in results.get("errors", {}).items():
         footer.append(f"- FAILED {name}: {error}")
     return "\n".join(lines + footer)
+
+
+def jobscope_rows(js: dict[str, Any]) -> list[tuple[str, str]]:
+    """Figures only jobscope has (no peer equivalent in this run)."""
+    api = _fmt(js.get("api_1m_readings_s"), "{:.3f}")
+    if js.get("api_1m_readings_s") is None and "api_note" in js:
+        api = js["api_note"]
+    rows = [
+        (
+            "jobscope: Kafka engine drain of a full topic, readings/s",
+            _fmt(js.get("ingest_drain_readings_per_s"), "{:,.0f}"),
+        ),
+        (
+            "jobscope: freshness p50 / p99 under steady load, s",
+            f"{_fmt(js.get('freshness_p50_s'), '{:.2f}')} / "
+            f"{_fmt(js.get('freshness_p99_s'), '{:.2f}')}",
+        ),
+        ("jobscope: API, 1 M readings fetched completely, s", api),
+    ]
+    for name, v in js.get("drain_variants", {}).items():
+        per = name.removeprefix("jsoneachrow_").removesuffix("_per_message")
+        rows.append(
+            (
+                f"jobscope: drain, JSONEachRow, {per} readings/message, readings/s",
+                f"{v['readings_per_s']:,.0f} ({v['readings']:,} readings)",
+            )
+        )
+    return rows
 
 
 def write_json(path: Path, results: dict[str, Any]) -> None:
@@ -156,8 +187,10 @@ def plots(systems: dict[str, dict[str, Any]], folder: Path, range_minutes: float
         fig, ax = plt.subplots(figsize=(6, 4))
         for n in names:
             points = sorted(
-                (x_of(sel), q["seconds"]) for sel, q in systems[n].get("queries", {}).items()
-                if sel.startswith(prefix))
+                (x_of(sel), q["seconds"])
+                for sel, q in systems[n].get("queries", {}).items()
+                if sel.startswith(prefix)
+            )
             if points:
                 xs, ys = zip(*points, strict=True)
                 ax.plot(xs, ys, marker="o", label=systems[n]["label"])
@@ -172,16 +205,29 @@ def plots(systems: dict[str, dict[str, Any]], folder: Path, range_minutes: float
         plt.close(fig)
         written.append(folder / filename)
 
-    line_plot("query_vs_devices.png", "Every metric of N devices, 10-minute window",
-              "devices", "devices=", lambda sel: int(sel.split(",")[0].split("=")[1]))
-    line_plot("query_vs_window.png", "Every metric of 10 devices, window length",
-              "window (minutes)", "devices=10,", _window_minutes(range_minutes))
+    line_plot(
+        "query_vs_devices.png",
+        "Every metric of N devices, 10-minute window",
+        "devices",
+        "devices=",
+        lambda sel: int(sel.split(",")[0].split("=")[1]),
+    )
+    line_plot(
+        "query_vs_window.png",
+        "Every metric of 10 devices, window length",
+        "window (minutes)",
+        "devices=10,",
+        _window_minutes(range_minutes),
+    )
 
     def bar_plot(filename: str, title: str, key: str, ylabel: str, log: bool) -> None:
         fig, ax = plt.subplots(figsize=(6, 4))
         present = [n for n in names if systems[n].get(key)]
-        ax.bar([systems[n]["label"] for n in present], [systems[n][key] for n in present],
-               color=["C0", "C1", "C2"][: len(present)])
+        ax.bar(
+            [systems[n]["label"] for n in present],
+            [systems[n][key] for n in present],
+            color=["C0", "C1", "C2"][: len(present)],
+        )
         if log:
             ax.set_yscale("log")
         ax.set_title(title)
@@ -191,10 +237,20 @@ def plots(systems: dict[str, dict[str, Any]], folder: Path, range_minutes: float
         plt.close(fig)
         written.append(folder / filename)
 
-    bar_plot("ingest.png", "Ingest rate until every reading is queryable",
-             "ingest_readings_per_s", "readings/s", log=False)
-    bar_plot("storage.png", "Bytes per reading on disk (float values)", "bytes_per_reading",
-             "bytes per reading (log)", log=True)
+    bar_plot(
+        "ingest.png",
+        "Ingest rate until every reading is queryable",
+        "ingest_readings_per_s",
+        "readings/s",
+        log=False,
+    )
+    bar_plot(
+        "storage.png",
+        "Bytes per reading on disk (float values)",
+        "bytes_per_reading",
+        "bytes per reading (log)",
+        log=True,
+    )
     return written
 
 
@@ -202,4 +258,5 @@ def _window_minutes(range_minutes: float) -> Any:
     def minutes(sel: str) -> float:
         window = sel.split("window=")[1]
         return range_minutes if window == "all" else float(window.removesuffix("min"))
+
     return minutes

@@ -17,8 +17,9 @@ from bench.systems.base import Selection, System
 log = logging.getLogger("bench")
 
 
-def time_query(system: System, data: Dataset, selection: Selection, repeats: int,
-               expected: int) -> dict[str, Any]:
+def time_query(
+    system: System, data: Dataset, selection: Selection, repeats: int, expected: int
+) -> dict[str, Any]:
     """Fetch `selection` `repeats` times; check every value came back; median seconds."""
     runs = []
     for _ in range(repeats):
@@ -28,13 +29,15 @@ def time_query(system: System, data: Dataset, selection: Selection, repeats: int
         got = system.count(fetched)
         del fetched
         if got != expected:
-            raise RuntimeError(f"{system.label} returned {got} values for {selection.name}, "
-                               f"expected {expected}")
+            raise RuntimeError(
+                f"{system.label} returned {got} values for {selection.name}, expected {expected}"
+            )
     return {"seconds": statistics.median(runs), "runs": runs, "values": expected}
 
 
-def run_system(system: System, data: Dataset, data_int: Dataset, profile: Profile,
-               quick: bool) -> dict[str, Any]:
+def run_system(
+    system: System, data: Dataset, data_int: Dataset, profile: Profile, quick: bool
+) -> dict[str, Any]:
     """Everything measured on one system, in one try/finally that stops its servers."""
     result: dict[str, Any] = {"label": system.label}
     step = "start"
@@ -55,19 +58,24 @@ def run_system(system: System, data: Dataset, data_int: Dataset, profile: Profil
         for sel in [*by_devices, *by_window]:
             if sel.name in queries:
                 continue
-            expected = data.count(list(sel.devices), sel.start_us, sel.end_us,
-                                  system.timestamp_unit_us)
+            expected = data.count(
+                list(sel.devices), sel.start_us, sel.end_us, system.timestamp_unit_us
+            )
             queries[sel.name] = time_query(system, data, sel, profile.repeats, expected)
-            log.info("%s: %s: %.3f s (%s values)", system.label, sel.name,
-                     queries[sel.name]["seconds"], f"{expected:,}")
+            log.info(
+                "%s: %s: %.3f s (%s values)",
+                system.label,
+                sel.name,
+                queries[sel.name]["seconds"],
+                f"{expected:,}",
+            )
         result["queries"] = queries
         result["query_100dev_10min_s"] = queries[KEY_SELECTION]["seconds"]
         step = "extra measurements"
         result.update(system.extra_measurements(data, quick))
         step = "storage of the integer variant"
         log.info("%s: storage of the integer variant", system.label)
-        result["bytes_per_reading_int"] = (
-            system.storage_bytes_of(data_int) / data_int.spec.readings)
+        result["bytes_per_reading_int"] = system.storage_bytes_of(data_int) / data_int.spec.readings
     except Exception as exc:
         log.error("%s failed during %s: %s", system.label, step, exc)
         result["error"] = f"{step}: {type(exc).__name__}: {exc}"
@@ -81,8 +89,14 @@ def run_system(system: System, data: Dataset, data_int: Dataset, profile: Profil
     return result
 
 
-def run_all(factories: dict[str, Callable[[Path], System]], workdir: Path, data: Dataset,
-            data_int: Dataset, profile: Profile, quick: bool) -> dict[str, dict[str, Any]]:
+def run_all(
+    factories: dict[str, Callable[[Path], System]],
+    workdir: Path,
+    data: Dataset,
+    data_int: Dataset,
+    profile: Profile,
+    quick: bool,
+) -> dict[str, dict[str, Any]]:
     """Run the systems one after the other, each in its own folder `workdir/<key>`."""
     results = {}
     for key, factory in factories.items():

@@ -104,8 +104,10 @@ def ensure_retention(client: Client, days: int) -> None:
         "SELECT create_table_query FROM system.tables "
         "WHERE database = currentDatabase() AND name = 'metrics'"
     )
-    match = re.search(r"INTERVAL (\d+) DAY", str(create))
-    if match and int(match.group(1)) != days:
+    match = re.search(r"toIntervalDay\((\d+)\)", str(create))  # how ClickHouse stores the TTL
+    if match is None:
+        raise RuntimeError("metrics has no TTL in days: cannot check the retention")
+    if int(match.group(1)) != days:
         client.command(f"ALTER TABLE metrics MODIFY TTL toDateTime(timestamp) + INTERVAL {days:d} DAY")
         log.info("retention of metrics changed to %d days", days)
 

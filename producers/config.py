@@ -24,13 +24,16 @@ class DeviceEntry(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str = Field(pattern=r"^[a-zA-Z_:][a-zA-Z0-9_:]*$",
-                      description="metric name, Prometheus naming with the unit as suffix")
+    name: str = Field(
+        pattern=r"^[a-zA-Z_:][a-zA-Z0-9_:]*$",
+        description="metric name, Prometheus naming with the unit as suffix",
+    )
     device_id: str = Field(min_length=1, description="what is measured: node-1, pdu-3")
     url: str = Field(description="scheme://... selects the plugin; the rest is its config")
     update_every: int = Field(gt=0, strict=True, description="polling period, milliseconds")
-    labels: dict[str, str] = Field(default_factory=dict,
-                                   description="attached to every reading of this entry")
+    labels: dict[str, str] = Field(
+        default_factory=dict, description="attached to every reading of this entry"
+    )
 
     @field_validator("url")
     @classmethod
@@ -61,8 +64,10 @@ def load_devices(path: Path) -> list[DeviceEntry]:
             continue
         key = (entry.device_id, entry.name)
         if key in first_seen:
-            errors.append(f"{where}: name: {entry.name} of {entry.device_id} is already "
-                          f"defined by entry {first_seen[key]}")
+            errors.append(
+                f"{where}: name: {entry.name} of {entry.device_id} is already "
+                f"defined by entry {first_seen[key]}"
+            )
             continue
         first_seen[key] = index
         entries.append(entry)
@@ -75,7 +80,8 @@ def _where(path: Path, index: int, line: int, item: Any) -> str:
     """`devices.yaml entry 3 (line 12, device_id=node-4)`: how errors name an entry."""
     device_id = item.get("device_id") if isinstance(item, dict) else None
     return f"{path} entry {index} (line {line}" + (
-        f", device_id={device_id})" if device_id is not None else ")")
+        f", device_id={device_id})" if device_id is not None else ")"
+    )
 
 
 def _yaml_list(path: Path) -> tuple[list[Any], list[int]]:
@@ -104,14 +110,20 @@ class ProducerSettings(BaseSettings):
     linger_ms: int = Field(20, ge=0, description="how long a message may wait for its batch")
     compression: Literal["none", "gzip", "snappy", "lz4", "zstd"] = "lz4"
     delivery_timeout_ms: int = Field(
-        300_000, gt=0,
+        300_000,
+        gt=0,
         description="a message is retried until delivered or this old (Kafka outages shorter "
-                    "than this lose nothing); then it counts as a delivery failure")
+        "than this lose nothing); then it counts as a delivery failure",
+    )
     poll_timeout_ratio: float = Field(
-        0.8, gt=0, le=1,
+        0.8,
+        gt=0,
+        le=1,
         description="share of its period a poll may take, counted from its tick; a poll "
-                    "still running then is cancelled and that device has no readings that tick")
+        "still running then is cancelled and that device has no readings that tick",
+    )
     stats_interval_s: float = Field(30.0, gt=0, description="period of the counters log line")
-    shutdown_timeout_s: float = Field(10.0, ge=0,
-                                      description="how long shutdown waits for deliveries")
+    shutdown_timeout_s: float = Field(
+        10.0, ge=0, description="how long shutdown waits for deliveries"
+    )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"

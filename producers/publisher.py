@@ -1,6 +1,6 @@
 """Hands packed readings to Kafka: one message per (device, tick), keyed by device_id.
 
-Delivery is at-least-once and survives broker restarts: the client is idempotent
+Delivery survives broker restarts: the client is idempotent
 (`enable.idempotence`, `acks=all`), so its retries neither lose nor reorder nor duplicate
 messages of a partition, and it keeps retrying a message until `message.timeout.ms`
 (`JOBSCOPE_DELIVERY_TIMEOUT_MS`, 5 min by default) has passed: a broker that restarts
@@ -49,7 +49,6 @@ def producer_config(settings: ProducerSettings) -> dict[str, Any]:
         "compression.type": settings.compression,
         "message.timeout.ms": settings.delivery_timeout_ms,
         "logger": logging.getLogger("producers.kafka"),
-        "error_cb": _client_error,
     }
 
 
@@ -59,7 +58,9 @@ class Publisher:
     def __init__(self, settings: ProducerSettings) -> None:
         self.topic = settings.readings_topic
         self.counters = DeliveryCounters()
-        self._producer = Producer(producer_config(settings))
+        self.fatal_error: KafkaError | None = None
+        """Set when the client can no longer deliver (e.g. lost idempotence state)."""
+        self._producer = Producer({**producer_config(settings), "error_cb": self._on_error})
 
     async def publish(self, device_id: str, payload: bytes, readings: int) -> None:
         """Queue one message of `readings` readings; wait while the client's queue is full."""
@@ -94,10 +95,14 @@ class Publisher:
         self.counters.messages_failed += 1
         self.counters.readings_failed += readings
         device_id = (msg.key() or b"").decode(errors="replace")
-        log.error("delivery failed for device_id=%s: %d readings lost: %s",
-                  device_id, readings, err.str())
+        log.error(
+            "delivery failed for device_id=%s: %d readings lost: %s", device_id, readings, err.str()
+        )
 
-
-def _client_error(err: KafkaError) -> None:
-    """Client-wide errors (e.g. all brokers down): the client keeps retrying on its own."""
-    log.warning("kafka: %s", err.str())
+    def _on_error(self, err: KafkaError) -> None:
+        """Client-wide errors. The client retries on its own, except after a fatal one."""
+        if err.fatal():
+            self.fatal_error = err
+            log.critical("kafka client failed for good: %s", err.str())
+        elif err.code() != KafkaError._TRANSPORT:  # connection errors: the client logs them
+            log.warning("kafka: %s", err.str())

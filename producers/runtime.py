@@ -42,7 +42,6 @@ class Group:
 class PollCounters:
     """Running totals since start, read by the stats log line."""
 
-    ticks: int = 0
     readings: int = 0
     poll_errors: int = 0
     poll_timeouts: int = 0
@@ -58,8 +57,9 @@ def build_groups(entries: Sequence[DeviceEntry]) -> list[Group]:
     for entry in entries:
         plugin = plugin_for(entry.url).from_entry(entry)
         members.setdefault((entry.device_id, entry.update_every), []).append((entry, plugin))
-    return [Group(device_id, period, tuple(group))
-            for (device_id, period), group in members.items()]
+    return [
+        Group(device_id, period, tuple(group)) for (device_id, period), group in members.items()
+    ]
 
 
 def now_us() -> int:
@@ -72,8 +72,11 @@ def next_tick_us(now: int, period_us: int) -> int:
 
 
 class Runtime:
-    def __init__(self, groups: Sequence[Group], publisher: Publisher,
-                 settings: ProducerSettings) -> None:
+    """Runs every group's loop, plus the Kafka callbacks and the stats line."""
+
+    def __init__(
+        self, groups: Sequence[Group], publisher: Publisher, settings: ProducerSettings
+    ) -> None:
         self.groups = groups
         self.publisher = publisher
         self.settings = settings
@@ -81,17 +84,22 @@ class Runtime:
         self._nonfinite_seen: set[tuple[str, str]] = set()
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Poll until `stop` is set, then cancel the loops and close the plugins."""
-        tasks = [asyncio.create_task(self._group_loop(group), name=f"group {group.device_id}")
-                 for group in self.groups]
-        tasks.append(asyncio.create_task(self._serve_callbacks()))
+        """Poll until `stop` is set or Kafka fails for good; then stop and close the plugins."""
+        tasks = [
+            asyncio.create_task(self._group_loop(group), name=f"group {group.device_id}")
+            for group in self.groups
+        ]
+        tasks.append(asyncio.create_task(self._serve_callbacks(stop)))
         tasks.append(asyncio.create_task(self._log_stats()))
         await stop.wait()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        closing = [asyncio.create_task(plugin.close())
-                   for group in self.groups for _, plugin in group.members]
+        closing = [
+            asyncio.create_task(plugin.close())
+            for group in self.groups
+            for _, plugin in group.members
+        ]
         if closing:
             await asyncio.wait(closing, timeout=_CLOSE_TIMEOUT_S)
 
@@ -112,19 +120,22 @@ class Runtime:
             if (behind := now_us() - following) >= 0:
                 missed = behind // period + 1
                 self.counters.missed_ticks += missed
-                log.warning("device_id=%s: tick took longer than its %d ms period: "
-                            "%d tick(s) skipped", group.device_id, group.update_every_ms, missed)
+                log.warning(
+                    "device_id=%s: tick took longer than its %d ms period: %d tick(s) skipped",
+                    group.device_id,
+                    group.update_every_ms,
+                    missed,
+                )
                 following += missed * period
             tick = following
 
     async def _tick(self, group: Group, tick: int, period: int) -> None:
         timestamp = now_us()
         deadline = tick + int(period * self.settings.poll_timeout_ratio)
-        readings = await self._poll(group, timestamp, (deadline - timestamp) / 1e6)
+        readings = await self._poll(group, timestamp, max(deadline - timestamp, 0) / 1e6)
         packed = pack(readings)
         for reading in packed.skipped:
             self._report_nonfinite(reading)
-        self.counters.ticks += 1
         if packed.count:
             await self.publisher.publish(group.device_id, packed.payload, packed.count)
             self.counters.readings += packed.count
@@ -132,7 +143,12 @@ class Runtime:
     async def _poll(self, group: Group, timestamp: int, timeout: float) -> list[Reading]:
         """Poll every member at once; what is not back within `timeout` s is cancelled."""
         tasks = [asyncio.create_task(plugin.poll(timestamp)) for _, plugin in group.members]
-        _, pending = await asyncio.wait(tasks, timeout=max(timeout, 0))
+        try:
+            _, pending = await asyncio.wait(tasks, timeout=timeout)
+        except asyncio.CancelledError:  # shutdown: the polls go with their tick
+            for task in tasks:
+                task.cancel()
+            raise
         readings: list[Reading] = []
         for (entry, _), task in zip(group.members, tasks, strict=True):
             if task in pending:
@@ -153,9 +169,14 @@ class Runtime:
         key = (entry.device_id, entry.name)
         if key not in self.counters.failing:
             self.counters.failing.add(key)
-            log.error("poll failed: device_id=%s url=%s name=%s: %s (no readings until it "
-                      "recovers; repeats are only counted)",
-                      entry.device_id, entry.url, entry.name, error)
+            log.error(
+                "poll failed: device_id=%s url=%s name=%s: %s (no readings until it "
+                "recovers; repeats are only counted)",
+                entry.device_id,
+                entry.url,
+                entry.name,
+                error,
+            )
 
     def _recovered(self, entry: DeviceEntry) -> None:
         key = (entry.device_id, entry.name)
@@ -169,14 +190,20 @@ class Runtime:
         key = (reading.device_id, reading.metric_id)
         if key not in self._nonfinite_seen:
             self._nonfinite_seen.add(key)
-            log.warning("device_id=%s metric_id=%s: value %r cannot be published (JSON has "
-                        "no NaN/inf); such values are skipped and counted",
-                        reading.device_id, reading.metric_id, reading.value)
+            log.warning(
+                "device_id=%s metric_id=%s: value %r cannot be published (JSON has "
+                "no NaN/inf); such values are skipped and counted",
+                reading.device_id,
+                reading.metric_id,
+                reading.value,
+            )
 
-    async def _serve_callbacks(self) -> None:
-        while True:
+    async def _serve_callbacks(self, stop: asyncio.Event) -> None:
+        """Serve delivery callbacks; stop everything if the Kafka client broke for good."""
+        while self.publisher.fatal_error is None:
             self.publisher.serve_callbacks()
             await asyncio.sleep(_CALLBACK_INTERVAL_S)
+        stop.set()
 
     async def _log_stats(self) -> None:
         """Every `stats_interval_s`: what happened since the previous line."""
@@ -188,13 +215,23 @@ class Runtime:
             delta = {key: totals[key] - before[key] for key in totals}
             before = totals
             log.info(
-                "last %.0f s: %.1f readings/s, %d messages delivered, %d poll errors, "
-                "%d poll timeouts, %d missed ticks, %d delivery failures, %d non-finite "
-                "values; now %d entries failing, %d messages awaiting delivery",
-                interval, delta["readings"] / interval, delta["messages_delivered"],
-                delta["poll_errors"], delta["poll_timeouts"], delta["missed_ticks"],
-                delta["messages_failed"], delta["nonfinite_values"],
-                len(self.counters.failing), self.publisher.undelivered())
+                "last %.0f s: %.1f readings/s; %d messages delivered, %d delivery failures "
+                "(%d readings lost), %d queue-full waits; %d poll errors, %d poll timeouts, "
+                "%d missed ticks, %d non-finite values; now %d entries failing, "
+                "%d messages awaiting delivery",
+                interval,
+                delta["readings"] / interval,
+                delta["messages_delivered"],
+                delta["messages_failed"],
+                delta["readings_failed"],
+                delta["queue_full_waits"],
+                delta["poll_errors"],
+                delta["poll_timeouts"],
+                delta["missed_ticks"],
+                delta["nonfinite_values"],
+                len(self.counters.failing),
+                self.publisher.undelivered(),
+            )
 
     def _totals(self) -> dict[str, int]:
         counters = asdict(self.counters)
@@ -203,7 +240,11 @@ class Runtime:
 
 
 async def run_producers(settings: ProducerSettings, entries: Sequence[DeviceEntry]) -> int:
-    """Poll and publish until SIGTERM or SIGINT; flush; 0 if every message was delivered."""
+    """Poll and publish until SIGTERM or SIGINT; flush; 0 if every message was delivered.
+
+    A fatal Kafka client error also stops the process (status 1), so that its supervisor
+    starts a fresh one.
+    """
     groups = build_groups(entries)
     publisher = Publisher(settings)
     runtime = Runtime(groups, publisher, settings)
@@ -211,14 +252,24 @@ async def run_producers(settings: ProducerSettings, entries: Sequence[DeviceEntr
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    log.info("polling %d entries of %d devices in %d groups; publishing to %s on %s",
-             len(entries), len({entry.device_id for entry in entries}), len(groups),
-             settings.readings_topic, settings.kafka_bootstrap)
+    log.info(
+        "polling %d entries of %d devices in %d groups; publishing to %s on %s",
+        len(entries),
+        len({entry.device_id for entry in entries}),
+        len(groups),
+        settings.readings_topic,
+        settings.kafka_bootstrap,
+    )
     await runtime.run(stop)
     log.info("stopping: polling stopped, flushing %d messages", publisher.undelivered())
     left = publisher.flush(settings.shutdown_timeout_s)
     sent = publisher.counters
-    log.info("stopped: %d messages queued, %d delivered (%d readings), %d failed, "
-             "%d undelivered", sent.messages_queued, sent.messages_delivered,
-             sent.readings_delivered, sent.messages_failed, left)
-    return 0 if left == 0 else 1
+    log.info(
+        "stopped: %d messages queued, %d delivered (%d readings), %d failed, %d undelivered",
+        sent.messages_queued,
+        sent.messages_delivered,
+        sent.readings_delivered,
+        sent.messages_failed,
+        left,
+    )
+    return 0 if left == 0 and publisher.fatal_error is None else 1

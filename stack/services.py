@@ -87,9 +87,12 @@ STOP_ORDER = ("api", "producers", "clickhouse", "kafka")
 
 
 def stop_all(settings: StackSettings) -> list[str]:
-    """Stop every process this state directory started; return the names stopped."""
+    """Stop every process this state directory started (extra ones, e.g. a second producer,
+    before ClickHouse and Kafka); return the names stopped."""
+    known = {p.stem for p in settings.pid_dir.glob("*.pid")} if settings.pid_dir.exists() else set()
+    extra = sorted(known - set(STOP_ORDER))
     stopped = []
-    for name in STOP_ORDER:
+    for name in ("api", *extra, "producers", "clickhouse", "kafka"):
         proc = process(settings, name)
         if proc.is_running():
             proc.stop(timeout=30)

@@ -1,38 +1,78 @@
 """Fixtures that run real components for the test suite.
 
 The test stack listens on its own ports (19092, 18123, 18000, ...) and keeps its state in a
-temporary folder, so `make test` can run beside a stack started by `make up`.
+temporary folder, so `make test` can run beside a stack started by `make up`. Components
+start once per session, through the same code as `make up` (stack/services.py).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
-from pathlib import Path
 
+import clickhouse_connect
 import pytest
+from clickhouse_connect.driver.client import Client
 
-from stack import kafka_broker, topics
-from stack.config import StackSettings
+from stack import services
+from stack.config import REPO_ROOT, StackSettings
 
 
 @pytest.fixture(scope="session")
-def stack_settings(tmp_path_factory: pytest.TempPathFactory) -> StackSettings:
-    state = Path(os.environ.get("JOBSCOPE_TEST_STATE") or tmp_path_factory.mktemp("state"))
+def stack_settings() -> StackSettings:
+    """A fresh test stack in state/test-<ports>; leftovers of a crashed run are stopped first."""
+    shift = int(os.environ.get("JOBSCOPE_TEST_PORT_SHIFT", "0"))  # for parallel test sessions
+    state = REPO_ROOT / "state" / f"test-{19092 + shift}"
+    services.stop_all(StackSettings(state_dir=state))
+    shutil.rmtree(state, ignore_errors=True)
     return StackSettings(
         state_dir=state,
-        kafka_port=19092,
-        kafka_controller_port=19093,
+        kafka_port=19092 + shift,
+        kafka_controller_port=19093 + shift,
         kafka_heap="512m",
-        clickhouse_port=18123,
-        api_port=18000,
+        clickhouse_port=18123 + shift,
+        api_port=18000 + shift,
     )
 
 
 @pytest.fixture(scope="session")
 def kafka(stack_settings: StackSettings) -> Iterator[str]:
     """A real single-node Kafka broker with jobscope's topics; yields the bootstrap address."""
-    kafka_broker.start(stack_settings)
-    topics.ensure_topics(stack_settings.kafka_bootstrap)
+    services.start_kafka(stack_settings)
     yield stack_settings.kafka_bootstrap
-    kafka_broker.process(stack_settings).stop()
+    services.process(stack_settings, "kafka").stop()
+
+
+@pytest.fixture(scope="session")
+def clickhouse(stack_settings: StackSettings, kafka: str) -> Iterator[StackSettings]:
+    """The local ClickHouse server (real engine) with jobscope's schema applied."""
+    services.start_clickhouse(stack_settings)
+    yield stack_settings
+    services.process(stack_settings, "clickhouse").stop()
+
+
+def _client(settings: StackSettings, user: str, password_var: str, **kwargs: object) -> Client:
+    password = services.component_env(settings)[password_var]
+    return clickhouse_connect.get_client(
+        host=settings.host, port=settings.clickhouse_port, username=user, password=password,
+        **kwargs,
+    )
+
+
+@pytest.fixture(scope="session")
+def admin_client(clickhouse: StackSettings) -> Client:
+    return _client(clickhouse, "jobscope", "JOBSCOPE_CLICKHOUSE_ADMIN_PASSWORD")
+
+
+@pytest.fixture(scope="session")
+def reader_client(clickhouse: StackSettings) -> Client:
+    return _client(clickhouse, "reader", "JOBSCOPE_CLICKHOUSE_READER_PASSWORD")
+
+
+@pytest.fixture(scope="session")
+def api_url(clickhouse: StackSettings) -> Iterator[str]:
+    """The REST API, as a process, in front of the test ClickHouse server."""
+    services.start_api(clickhouse)
+    yield clickhouse.api_url
+    services.process(clickhouse, "api").stop()

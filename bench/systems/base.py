@@ -95,8 +95,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_for(check: Callable[[], bool], timeout: float, what: str,
-             interval: float = 0.1) -> float:
+def wait_for(check: Callable[[], bool], timeout: float, what: str, interval: float = 0.1) -> float:
     """Poll `check` until True; return the seconds it took or raise TimeoutError."""
     start = time.monotonic()
     while True:
@@ -115,10 +114,8 @@ def apparent_size(path: Path) -> int:
     total = 0
     for root, _dirs, files in os.walk(path):
         for name in files:
-            try:
+            with contextlib.suppress(FileNotFoundError):  # removed by a merge meanwhile
                 total += os.lstat(os.path.join(root, name)).st_size
-            except FileNotFoundError:  # removed by a background merge meanwhile
-                pass
     return total
 
 
@@ -130,8 +127,12 @@ class Server:
         self.log = log
         with open(log, "ab") as out:
             self.proc = subprocess.Popen(
-                argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, env={**os.environ, **(env or {})},
+                argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env={**os.environ, **(env or {})},
             )
 
     def alive(self) -> bool:

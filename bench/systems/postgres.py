@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -46,8 +46,12 @@ class Postgres(System):
         self.tables: list[str] = []
 
     def version(self) -> str:
-        out = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", "postgresql-15"],
-                             capture_output=True, text=True, check=False)
+        out = subprocess.run(
+            ["dpkg-query", "-W", "-f", "${Version}", "postgresql-15"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         return out.stdout.strip() or "unknown"
 
     def _as_postgres(self, *argv: str) -> list[str]:
@@ -62,25 +66,53 @@ class Postgres(System):
         if os.geteuid() == 0:
             shutil.chown(self.workdir, "postgres", "postgres")
             shutil.chown(self.socket_dir, "postgres", "postgres")
-        _run(self._as_postgres(
-            str(PG_BIN / "initdb"), "-D", str(self.pgdata), "-U", "postgres", "-A", "trust",
-            "-E", "UTF8", "--locale=C", "--no-sync",
-        ), timeout=120)
+        _run(
+            self._as_postgres(
+                str(PG_BIN / "initdb"),
+                "-D",
+                str(self.pgdata),
+                "-U",
+                "postgres",
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--locale=C",
+                "--no-sync",
+            ),
+            timeout=120,
+        )
         self.port = free_port()
-        options = " ".join([
-            f"-c port={self.port}", "-c listen_addresses=127.0.0.1",
-            f"-c unix_socket_directories={self.socket_dir}",
-            *(f"-c {k}={v}" for k, v in SETTINGS.items()),
-        ])
+        options = " ".join(
+            [
+                f"-c port={self.port}",
+                "-c listen_addresses=127.0.0.1",
+                f"-c unix_socket_directories={self.socket_dir}",
+                *(f"-c {k}={v}" for k, v in SETTINGS.items()),
+            ]
+        )
         self.started = True
-        _run(self._as_postgres(
-            str(PG_BIN / "pg_ctl"), "-D", str(self.pgdata), "-l", str(self.workdir / "server.log"),
-            "-o", options, "-w", "-t", "120", "start",
-        ), timeout=150)
+        _run(
+            self._as_postgres(
+                str(PG_BIN / "pg_ctl"),
+                "-D",
+                str(self.pgdata),
+                "-l",
+                str(self.workdir / "server.log"),
+                "-o",
+                options,
+                "-w",
+                "-t",
+                "120",
+                "start",
+            ),
+            timeout=150,
+        )
 
     def _connect(self) -> psycopg.Connection:
-        return psycopg.connect(host="127.0.0.1", port=self.port, user="postgres",
-                               dbname="postgres", autocommit=True)
+        return psycopg.connect(
+            host="127.0.0.1", port=self.port, user="postgres", dbname="postgres", autocommit=True
+        )
 
     def _create_table(self, table: str, data: Dataset) -> None:
         """Kwollect's table and index, with 2-hour time partitions covering the data."""
@@ -99,7 +131,8 @@ class Postgres(System):
                 hi = lo + PARTITION_S
                 conn.execute(
                     f"CREATE TABLE {table}_{lo} PARTITION OF {table} "
-                    f"FOR VALUES FROM ('{_iso(lo)}') TO ('{_iso(hi)}')")
+                    f"FOR VALUES FROM ('{_iso(lo)}') TO ('{_iso(hi)}')"
+                )
                 lo = hi
             conn.execute(f"CREATE INDEX ON {table} (device_id, metric_id, timestamp)")
         self.tables.append(table)
@@ -111,10 +144,15 @@ class Postgres(System):
 
         def copy(path: Path) -> None:
             try:
-                with self._connect() as conn, conn.cursor() as cur, cur.copy(
-                    f"COPY {table} (timestamp, device_id, metric_id, value, labels) "
-                    "FROM STDIN (FORMAT csv)"
-                ) as copy, open(path, "rb") as f:
+                with (
+                    self._connect() as conn,
+                    conn.cursor() as cur,
+                    cur.copy(
+                        f"COPY {table} (timestamp, device_id, metric_id, value, labels) "
+                        "FROM STDIN (FORMAT csv)"
+                    ) as copy,
+                    open(path, "rb") as f,
+                ):
                     while block := f.read(1 << 20):
                         copy.write(block)
             except BaseException as exc:  # reported by the main thread
@@ -144,7 +182,9 @@ class Postgres(System):
         with self._connect() as conn:
             row = conn.execute(
                 "SELECT sum(pg_total_relation_size(relid))::bigint "
-                "FROM pg_partition_tree(%s) WHERE isleaf", (table,)).fetchone()
+                "FROM pg_partition_tree(%s) WHERE isleaf",
+                (table,),
+            ).fetchone()
         return int(row[0]) if row and row[0] is not None else 0
 
     def storage_bytes(self) -> int:
@@ -160,11 +200,15 @@ class Postgres(System):
 
     def fetch(self, data: Dataset, selection: Selection) -> bytes:
         out = bytearray()
-        with self._connect() as conn, conn.cursor() as cur, cur.copy(
-            "COPY (SELECT timestamp, device_id, metric_id, value, labels FROM metrics "
-            "WHERE device_id = ANY(%s) AND timestamp >= %s AND timestamp < %s) TO STDOUT",
-            (selection.device_names(data), _dt(selection.start_us), _dt(selection.end_us)),
-        ) as copy:
+        with (
+            self._connect() as conn,
+            conn.cursor() as cur,
+            cur.copy(
+                "COPY (SELECT timestamp, device_id, metric_id, value, labels FROM metrics "
+                "WHERE device_id = ANY(%s) AND timestamp >= %s AND timestamp < %s) TO STDOUT",
+                (selection.device_names(data), _dt(selection.start_us), _dt(selection.end_us)),
+            ) as copy,
+        ):
             for block in copy:
                 out += block
         return bytes(out)
@@ -176,9 +220,22 @@ class Postgres(System):
         if not self.started:
             return
         self.started = False
-        result = subprocess.run(self._as_postgres(
-            str(PG_BIN / "pg_ctl"), "-D", str(self.pgdata), "-m", "fast", "-w", "-t", "60", "stop",
-        ), capture_output=True, timeout=90, check=False)
+        result = subprocess.run(
+            self._as_postgres(
+                str(PG_BIN / "pg_ctl"),
+                "-D",
+                str(self.pgdata),
+                "-m",
+                "fast",
+                "-w",
+                "-t",
+                "60",
+                "stop",
+            ),
+            capture_output=True,
+            timeout=90,
+            check=False,
+        )
         if result.returncode != 0 and (pid_file := self.pgdata / "postmaster.pid").exists():
             pid = int(pid_file.read_text().split()[0])  # the postmaster we started
             with contextlib.suppress(ProcessLookupError):
@@ -197,4 +254,5 @@ def _iso(epoch_s: int) -> str:
 
 def _dt(epoch_us: int) -> datetime:
     return datetime.fromtimestamp(epoch_us // 1_000_000, UTC).replace(
-        microsecond=epoch_us % 1_000_000)
+        microsecond=epoch_us % 1_000_000
+    )

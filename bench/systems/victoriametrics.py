@@ -38,8 +38,12 @@ class VictoriaMetrics(System):
         self.others: list[VictoriaMetrics] = []
 
     def version(self) -> str:
-        out = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", BINARY],
-                             capture_output=True, text=True, check=False)
+        out = subprocess.run(
+            ["dpkg-query", "-W", "-f", "${Version}", BINARY],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         return out.stdout.strip() or "unknown"
 
     def start(self) -> None:
@@ -48,11 +52,17 @@ class VictoriaMetrics(System):
         shutil.rmtree(self.workdir, ignore_errors=True)
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
-        self.server = Server([
-            BINARY, f"-storageDataPath={self.data_dir}", f"-httpListenAddr=127.0.0.1:{port}",
-            "-retentionPeriod=100y",  # the data has past dates: the default 1 month drops it
-            "-search.maxUniqueTimeseries=10000000", "-search.disableCache",
-        ], self.workdir / "victoria-metrics.log")
+        self.server = Server(
+            [
+                BINARY,
+                f"-storageDataPath={self.data_dir}",
+                f"-httpListenAddr=127.0.0.1:{port}",
+                "-retentionPeriod=100y",  # the data has past dates: the default 1 month drops it
+                "-search.maxUniqueTimeseries=10000000",
+                "-search.disableCache",
+            ],
+            self.workdir / "victoria-metrics.log",
+        )
         wait_for(self._healthy, 60, "VictoriaMetrics to answer")
 
     def _healthy(self) -> bool:
@@ -67,8 +77,12 @@ class VictoriaMetrics(System):
         def post(path: Path) -> None:
             try:
                 with open(path, "rb") as body:
-                    r = httpx.post(f"{self.url}/api/v1/import/csv", params={"format": CSV_FORMAT},
-                                   content=_chunks(body), timeout=TIMEOUT)
+                    r = httpx.post(
+                        f"{self.url}/api/v1/import/csv",
+                        params={"format": CSV_FORMAT},
+                        content=_chunks(body),
+                        timeout=TIMEOUT,
+                    )
                 r.raise_for_status()
             except BaseException as exc:  # reported by the main thread
                 errors.append(exc)
@@ -83,8 +97,12 @@ class VictoriaMetrics(System):
             raise errors[0]
         sent_s = time.monotonic() - start
         self.sent += data.spec.readings
-        wait_for(lambda: self._stored(data) >= self.sent, TIMEOUT,
-                 "VictoriaMetrics to make every reading queryable", interval=0.05)
+        wait_for(
+            lambda: self._stored(data) >= self.sent,
+            TIMEOUT,
+            "VictoriaMetrics to make every reading queryable",
+            interval=0.05,
+        )
         seconds = time.monotonic() - start
         return Ingest(data.spec.readings, seconds, {"send_s": round(sent_s, 3)})
 
@@ -92,10 +110,15 @@ class VictoriaMetrics(System):
         """Samples queryable now, over the whole data range."""
         httpx.get(f"{self.url}/internal/force_flush", timeout=60).raise_for_status()
         span = data.spec.duration_s + 60
-        r = httpx.get(f"{self.url}/api/v1/query", timeout=60, params={
-            "query": f'sum(count_over_time({{__name__=~".+"}}[{span}s]))',
-            "time": str(data.spec.end_us // 1_000_000 + 30), "nocache": "1",
-        })
+        r = httpx.get(
+            f"{self.url}/api/v1/query",
+            timeout=60,
+            params={
+                "query": f'sum(count_over_time({{__name__=~".+"}}[{span}s]))',
+                "time": str(data.spec.end_us // 1_000_000 + 30),
+                "nocache": "1",
+            },
+        )
         r.raise_for_status()
         result = r.json()["data"]["result"]
         return int(float(result[0]["value"][1])) if result else 0
@@ -103,8 +126,12 @@ class VictoriaMetrics(System):
     def storage_bytes(self) -> int:
         httpx.get(f"{self.url}/internal/force_flush", timeout=60).raise_for_status()
         httpx.get(f"{self.url}/internal/force_merge", timeout=TIMEOUT).raise_for_status()
-        wait_for(lambda: self._metric("vm_active_force_merges") == 0, TIMEOUT,
-                 "VictoriaMetrics' forced merge", interval=0.2)
+        wait_for(
+            lambda: self._metric("vm_active_force_merges") == 0,
+            TIMEOUT,
+            "VictoriaMetrics' forced merge",
+            interval=0.2,
+        )
         return _stable_size(self.data_dir)
 
     def _metric(self, name: str) -> float:
@@ -115,11 +142,16 @@ class VictoriaMetrics(System):
 
     def fetch(self, data: Dataset, selection: Selection) -> bytes:
         regex = "|".join(selection.device_names(data))
-        r = httpx.get(f"{self.url}/api/v1/export", timeout=TIMEOUT, headers=IDENTITY, params={
-            "match[]": f'{{device=~"{regex}"}}',
-            "start": f"{selection.start_us / 1e6:.3f}",
-            "end": f"{(selection.end_us - 1000) / 1e6:.3f}",  # inclusive end, in ms
-        })
+        r = httpx.get(
+            f"{self.url}/api/v1/export",
+            timeout=TIMEOUT,
+            headers=IDENTITY,
+            params={
+                "match[]": f'{{device=~"{regex}"}}',
+                "start": f"{selection.start_us / 1e6:.3f}",
+                "end": f"{(selection.end_us - 1000) / 1e6:.3f}",  # inclusive end, in ms
+            },
+        )
         r.raise_for_status()
         return r.content
 

@@ -192,6 +192,7 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
                     headers["Content-Encoding"] = encoding
                 self._send(200, compress_stream(_chain(first, chunks), encoding), headers, query_id)
             else:
+                _refuse_kafka_drop(conn, canonical)
                 conn.run(canonical, query_params)
                 self._send(200, [], {}, query_id)
 
@@ -269,6 +270,22 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
             self.wfile.write(body)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
+
+
+def _refuse_kafka_drop(conn: EngineConnection, canonical: str) -> None:
+    """Dropping a consuming Kafka table (or a view on it) hangs the pinned engine: refuse."""
+    target = statements.drop_target(canonical)
+    if target is None:
+        return
+    _kind, database, table = target
+    database = database or conn.database
+    count = conn.run(statements.KAFKA_DEPENDENTS_SQL, {"db": database, "table": table or ""})
+    if int(count or b"0") > 0:
+        raise ClickHouseError(
+            NOT_IMPLEMENTED,
+            f"Refused: {canonical} would stop a running Kafka consumer, which hangs the "
+            "embedded engine (chdb 4.1.7). Add a migration that creates new tables instead.",
+        )
 
 
 def _chain(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:

@@ -22,5 +22,6 @@ def plugin_for(url: str) -> type[Plugin]:
         return PLUGINS[scheme]
     except KeyError:
         known = ", ".join(f"{name}://" for name in sorted(PLUGINS))
-        raise ValueError(f"unknown scheme {scheme + '://' if scheme else '(none)'}; "
-                         f"known: {known}") from None
+        raise ValueError(
+            f"unknown scheme {scheme + '://' if scheme else '(none)'}; known: {known}"
+        ) from None

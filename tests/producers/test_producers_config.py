@@ -32,75 +32,112 @@ def write(tmp_path: Path, text: str) -> Path:
 def test_valid_file_loads(tmp_path: Path) -> None:
     entries = load_devices(write(tmp_path, VALID))
     assert entries == [
-        DeviceEntry(name="bmc_power_watt", device_id="node-1", url="tester://?metrics=1",
-                    update_every=5000),
-        DeviceEntry(name="tester_value", device_id="node-2", url="tester://?metrics=20",
-                    update_every=1000, labels={"_device_alias": "node-2", "source": "tester"}),
+        DeviceEntry(
+            name="bmc_power_watt", device_id="node-1", url="tester://?metrics=1", update_every=5000
+        ),
+        DeviceEntry(
+            name="tester_value",
+            device_id="node-2",
+            url="tester://?metrics=20",
+            update_every=1000,
+            labels={"_device_alias": "node-2", "source": "tester"},
+        ),
     ]
 
 
 SECOND = "- name: tester_value\n  device_id: node-4\n"
 
 
-@pytest.mark.parametrize(("second_entry", "error"), [
-    (SECOND + "  url: tester://\n  update_every: 0\n",
-     "update_every: Input should be greater than 0"),
-    (SECOND + "  url: tester://\n  update_every: '1000'\n",
-     "update_every: Input should be a valid integer"),
-    (SECOND + "  update_every: 1000\n", "url: Field required"),
-    (SECOND + "  url: tester://\n  update_every: 1000\n  interval: 5\n",
-     "interval: Extra inputs are not permitted"),
-    (SECOND + "  url: snmpx://public@pdu-1/1.3.6\n  update_every: 1000\n",
-     "url: Value error, unknown scheme snmpx://; known: tester://"),
-    (SECOND + "  url: tester://?metrics=0\n  update_every: 1000\n",
-     "url: metrics: Input should be greater than or equal to 1"),
-    (SECOND + "  url: tester://?metric=3\n  update_every: 1000\n",
-     "url: metric: Extra inputs are not permitted"),
-    (SECOND + "  url: tester://?metrics=2&metrics=3\n  update_every: 1000\n",
-     "url: option 'metrics' is given twice"),
-    (SECOND + "  url: tester://node-4\n  update_every: 1000\n",
-     "url: tester:// takes no host or path"),
-    (SECOND + "  url: tester://\n  update_every: 1000\n  labels: {port: 1}\n",
-     "labels.port: Input should be a valid string"),
-    (SECOND.replace("tester_value", "tester-value") + "  url: tester://\n  update_every: 1000\n",
-     "name: String should match pattern"),
-])
-def test_bad_entry_is_named_with_its_field(tmp_path: Path, second_entry: str,
-                                           error: str) -> None:
-    path = write(tmp_path, "- {name: ok, device_id: node-1, url: 'tester://', "
-                           "update_every: 1000}\n" + second_entry)
+@pytest.mark.parametrize(
+    ("second_entry", "error"),
+    [
+        (
+            SECOND + "  url: tester://\n  update_every: 0\n",
+            "update_every: Input should be greater than 0",
+        ),
+        (
+            SECOND + "  url: tester://\n  update_every: '1000'\n",
+            "update_every: Input should be a valid integer",
+        ),
+        (SECOND + "  update_every: 1000\n", "url: Field required"),
+        (
+            SECOND + "  url: tester://\n  update_every: 1000\n  interval: 5\n",
+            "interval: Extra inputs are not permitted",
+        ),
+        (
+            SECOND + "  url: snmpx://public@pdu-1/1.3.6\n  update_every: 1000\n",
+            "url: Value error, unknown scheme snmpx://; known: tester://",
+        ),
+        (
+            SECOND + "  url: tester://?metrics=0\n  update_every: 1000\n",
+            "url: metrics: Input should be greater than or equal to 1",
+        ),
+        (
+            SECOND + "  url: tester://?metric=3\n  update_every: 1000\n",
+            "url: metric: Extra inputs are not permitted",
+        ),
+        (
+            SECOND + "  url: tester://?metrics=2&metrics=3\n  update_every: 1000\n",
+            "url: option 'metrics' is given twice",
+        ),
+        (
+            SECOND + "  url: tester://node-4\n  update_every: 1000\n",
+            "url: tester:// takes no host or path",
+        ),
+        (
+            SECOND + "  url: tester://\n  update_every: 1000\n  labels: {port: 1}\n",
+            "labels.port: Input should be a valid string",
+        ),
+        (
+            SECOND.replace("tester_value", "tester-value")
+            + "  url: tester://\n  update_every: 1000\n",
+            "name: String should match pattern",
+        ),
+    ],
+)
+def test_bad_entry_is_named_with_its_field(tmp_path: Path, second_entry: str, error: str) -> None:
+    path = write(
+        tmp_path,
+        "- {name: ok, device_id: node-1, url: 'tester://', update_every: 1000}\n" + second_entry,
+    )
     with pytest.raises(ConfigError) as raised:
         load_devices(path)
     assert str(raised.value).startswith(f"{path} entry 2 (line 2, device_id=node-4): {error}")
 
 
 def test_every_bad_entry_is_reported_at_once(tmp_path: Path) -> None:
-    path = write(tmp_path, VALID + "- just a string\n"
-                 "- {name: tester_value, device_id: node-2, url: 'tester://', update_every: 1}\n")
+    path = write(
+        tmp_path,
+        VALID + "- just a string\n"
+        "- {name: tester_value, device_id: node-2, url: 'tester://', update_every: 1}\n",
+    )
     with pytest.raises(ConfigError) as raised:
         load_devices(path)
     assert str(raised.value).splitlines() == [
-        f"{path} entry 3 (line 10): Input should be a valid dictionary or instance of "
-        "DeviceEntry",
+        f"{path} entry 3 (line 10): Input should be a valid dictionary or instance of DeviceEntry",
         f"{path} entry 4 (line 11, device_id=node-2): name: tester_value of node-2 is already "
         "defined by entry 2",
     ]
 
 
-@pytest.mark.parametrize(("text", "error"), [
-    ("", "expected a non-empty list of device entries"),
-    ("[]\n", "expected a non-empty list of device entries"),
-    ("name: tester_value\n", "expected a non-empty list of device entries"),
-    ("- {name: [\n", "not valid YAML"),
-])
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("", "expected a non-empty list of device entries"),
+        ("[]\n", "expected a non-empty list of device entries"),
+        ("name: tester_value\n", "expected a non-empty list of device entries"),
+        ("- {name: [\n", "not valid YAML"),
+    ],
+)
 def test_file_that_is_not_a_list_of_entries(tmp_path: Path, text: str, error: str) -> None:
     path = write(tmp_path, text)
     with pytest.raises(ConfigError, match=f"^{path}: {error}"):
         load_devices(path)
 
 
-@pytest.mark.parametrize("sample", sorted(PLUGINS_DIR.glob("*/sample.yaml")),
-                         ids=lambda path: path.parent.name)
+@pytest.mark.parametrize(
+    "sample", sorted(PLUGINS_DIR.glob("*/sample.yaml")), ids=lambda path: path.parent.name
+)
 def test_plugin_sample_config_loads(sample: Path) -> None:
     assert load_devices(sample)
 
@@ -108,9 +145,10 @@ def test_plugin_sample_config_loads(sample: Path) -> None:
 def test_demo_fleet_is_50_devices_of_20_metrics_every_second() -> None:
     entries = load_devices(DEMO_DEVICES)
     assert [entry.device_id for entry in entries] == [f"node-{i}" for i in range(1, 51)]
-    assert {(entry.name, entry.url, entry.update_every, tuple(entry.labels.items()))
-            for entry in entries} == {
-        ("tester_value", "tester://?metrics=20", 1000, (("source", "tester"),))}
+    assert {
+        (entry.name, entry.url, entry.update_every, tuple(entry.labels.items()))
+        for entry in entries
+    } == {("tester_value", "tester://?metrics=20", 1000, (("source", "tester"),))}
 
 
 def test_settings_come_from_jobscope_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -51,6 +51,10 @@ def tester_value(device_id: str, metric_id: str, timestamp_us: int) -> float:
     return _value_at(*_shape(device_id, metric_id), timestamp_us)
 
 
+# Tests import this function; its name must not make pytest collect it as a test.
+tester_value.__test__ = False  # type: ignore[attr-defined]
+
+
 @lru_cache(maxsize=65536)
 def _shape(device_id: str, metric_id: str) -> tuple[float, float]:
     """A stable (base, phase) per device and metric: base in [100, 200), phase in [0, 2pi)."""
@@ -62,8 +66,9 @@ def _shape(device_id: str, metric_id: str) -> tuple[float, float]:
 
 
 def _value_at(base: float, phase: float, timestamp_us: int) -> float:
-    return base + 10 * math.sin(2 * math.pi * (timestamp_us % _WAVE_PERIOD_US) / _WAVE_PERIOD_US
-                                + phase)
+    return base + 10 * math.sin(
+        2 * math.pi * (timestamp_us % _WAVE_PERIOD_US) / _WAVE_PERIOD_US + phase
+    )
 
 
 class TesterPlugin(Plugin):
@@ -94,7 +99,12 @@ class TesterPlugin(Plugin):
         while hang_file is not None and hang_file.exists():
             await asyncio.sleep(_HANG_FILE_CHECK_S)
         return [
-            Reading(timestamp_us, self.device_id, metric_id,
-                    _value_at(base, phase, timestamp_us), self.labels)
+            Reading(
+                timestamp_us,
+                self.device_id,
+                metric_id,
+                _value_at(base, phase, timestamp_us),
+                self.labels,
+            )
             for metric_id, base, phase in self._metrics
         ]

@@ -1,0 +1,509 @@
+"""jobscope itself: Kafka broker + local ClickHouse server with the real schema, started by
+the stack's own functions (stack/services.py), fed through Kafka as the producers feed it.
+
+Measured here, beyond the common figures:
+- `ingest_readings_per_s` (end to end): from the first message produced until every reading
+  is queryable in `metrics`, through the production Kafka engine table and views.
+- `ingest_drain_readings_per_s`: the Kafka engine draining a topic filled beforehand, into a
+  fresh database holding the same schema (its consumer starts when its views are created).
+- `freshness_p50_s` / `freshness_p99_s`: under the fleet's steady load (replayed in real time
+  with current timestamps), how long a reading takes from produce to queryable.
+- `api_1m_readings_s`: about a million readings fetched completely through the REST API.
+- `drain_variants`: drain rate by readings per message (JSONEachRow, as the producers send).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import mmap
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import chdb
+import clickhouse_connect
+import httpx
+import numpy as np
+from clickhouse_connect.driver.client import Client
+from confluent_kafka import KafkaError, Message, Producer
+
+from bench import payloads
+from bench.dataset import Dataset
+from bench.profiles import US
+from bench.systems.base import Ingest, Selection, System, free_port, wait_for
+from clickhouse.migrate import MigrationSettings, apply_migrations
+from producers.config import ProducerSettings
+from producers.message import format_timestamp, unpack
+from producers.publisher import producer_config
+from stack import services, topics
+from stack.config import StackSettings
+
+log = logging.getLogger("bench.jobscope")
+
+TIMEOUT = 900.0
+PRODUCERS = 2  # producer threads, each with its own Kafka client (as the peers' two clients)
+# The data has past dates: the default 90-day TTL would drop them. Not more than ~80 years:
+# the TTL is computed as a DateTime, which ends in 2106 and wraps around (rows then vanish).
+RETENTION_DAYS = 3650
+PROBE_DEVICE = "bench-probe"
+PROBE_INTERVAL_S = 0.1
+CHECK_INTERVAL_S = 0.05
+# Keyed by quick (True) or full run (False):
+VARIANT_READINGS = {True: 200_000, False: 2_400_000}  # readings per drain variant
+API_LIMIT_S = {True: 20.0, False: 300.0}  # the API fetch is abandoned after this
+FRESHNESS_S = {True: 15, False: 60}  # length of the steady-load phase
+
+READINGS_SQL = (
+    "SELECT timestamp, device_id, metric_id, value, labels FROM metrics "
+    "WHERE device_id IN {devices:Array(String)} "
+    "AND timestamp >= {start:DateTime64(6, 'UTC')} AND timestamp < {end:DateTime64(6, 'UTC')}"
+)
+
+
+class Jobscope(System):
+    name = "jobscope"
+    label = "jobscope"
+
+    def __init__(self, workdir: Path) -> None:
+        super().__init__(workdir)
+        self.settings = StackSettings(
+            state_dir=self.workdir / "stack",
+            kafka_port=free_port(),
+            kafka_controller_port=free_port(),
+            clickhouse_port=free_port(),
+            api_port=free_port(),
+            retention_days=RETENTION_DAYS,
+        )
+        self.env: dict[str, str] = {}
+        self.admin: Client | None = None
+        self.reader: Client | None = None
+        self.topic_serial = 0
+
+    def version(self) -> str:
+        from importlib.metadata import version
+
+        return f"chdb-core {version('chdb-core')}, confluent-kafka {version('confluent-kafka')}"
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        shutil.rmtree(self.workdir, ignore_errors=True)
+        services.start_kafka(self.settings)
+        services.start_clickhouse(self.settings)
+        self.env = services.component_env(self.settings)
+        self.admin = self._client("jobscope", "JOBSCOPE_CLICKHOUSE_ADMIN_PASSWORD")
+        self.reader = self._client("reader", "JOBSCOPE_CLICKHOUSE_READER_PASSWORD")
+
+    def _client(self, user: str, password_env: str, database: str = "default") -> Client:
+        return clickhouse_connect.get_client(
+            host=self.settings.host,
+            port=self.settings.clickhouse_port,
+            username=user,
+            password=self.env[password_env],
+            database=database,
+            send_receive_timeout=int(TIMEOUT),
+            autogenerate_session_id=False,
+        )
+
+    def stop(self) -> None:
+        for client in (self.admin, self.reader):
+            if client is not None:
+                with contextlib.suppress(Exception):
+                    client.close()
+        services.stop_all(self.settings)
+
+    # -- ingest ----------------------------------------------------------------------------
+
+    def _count(self, database: str = "default") -> int:
+        assert self.admin is not None
+        return int(self.admin.command(f"SELECT count() FROM {database}.metrics"))
+
+    def load(self, data: Dataset) -> Ingest:
+        """End to end: produce everything to `readings`, wait until all of it is queryable."""
+        parts = [payloads.kafka_messages(data, p, PRODUCERS) for p in range(PRODUCERS)]
+        _check_format(parts[0], data)
+        start = time.monotonic()
+        produced = self._produce(topics.READINGS.name, parts, data, per_message=100)
+        produce_s = time.monotonic() - start
+        wait_for(
+            lambda: self._count() >= data.spec.readings,
+            TIMEOUT,
+            "every reading to reach ClickHouse",
+            interval=0.05,
+        )
+        seconds = time.monotonic() - start
+        if (stored := self._count()) != data.spec.readings:
+            raise RuntimeError(f"metrics holds {stored} rows, {data.spec.readings} sent")
+        return Ingest(
+            data.spec.readings,
+            seconds,
+            {
+                "produce_s": round(produce_s, 3),
+                "messages": produced,
+                "readings_per_message": 100,
+                "producers": PRODUCERS,
+            },
+        )
+
+    def _produce(
+        self,
+        topic: str,
+        parts: list[payloads.KafkaMessages],
+        data: Dataset,
+        per_message: int,
+        limit: int | None = None,
+    ) -> int:
+        """Send every message of `parts` (one thread and one client per part); return the
+        number of messages acknowledged. `limit` caps the readings sent per part."""
+        errors: list[BaseException] = []
+        sent = [0] * len(parts)
+        names = [n.encode() for n in data.devices]
+
+        def run(i: int, part: payloads.KafkaMessages) -> None:
+            try:
+                producer = self._producer(topic)
+                failures: list[KafkaError] = []
+
+                def on_delivery(err: KafkaError | None, _msg: Message) -> None:
+                    if err is not None:
+                        failures.append(err)
+
+                most = None if limit is None else limit // per_message
+                with (
+                    open(part.body, "rb") as f,
+                    mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as body,
+                ):
+                    for dev, a, b in part.slices(per_message):
+                        _produce_one(producer, topic, body[a:b], names[dev], on_delivery)
+                        sent[i] += 1
+                        if most is not None and sent[i] >= most:
+                            break
+                if producer.flush(TIMEOUT) or failures:
+                    raise RuntimeError(f"Kafka delivery failed: {failures[:3]}")
+            except BaseException as exc:  # reported by the calling thread
+                errors.append(exc)
+
+        threads = [threading.Thread(target=run, args=(i, p)) for i, p in enumerate(parts)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(TIMEOUT)
+        if errors:
+            raise errors[0]
+        return sum(sent)
+
+    def _producer(self, topic: str) -> Producer:
+        """A client configured exactly as jobscope's producers configure theirs."""
+        config = producer_config(
+            ProducerSettings(kafka_bootstrap=self.settings.kafka_bootstrap, readings_topic=topic)
+        )
+        return Producer(config)
+
+    def _fresh_topic(self, prefix: str) -> str:
+        self.topic_serial += 1
+        name = f"{prefix}-{self.topic_serial}"
+        spec = topics.TopicSpec(name, topics.READINGS.partitions, topics.READINGS.config)
+        topics.ensure_topics(self.settings.kafka_bootstrap, (spec,))
+        return name
+
+    def _drain(
+        self,
+        data: Dataset,
+        per_message: int = 100,
+        limit: int | None = None,
+        keep: Callable[[str], None] | None = None,
+    ) -> tuple[int, float]:
+        """Fill a new topic, then create the whole schema in a new database that reads it;
+        return (readings, seconds from creating the schema until all are queryable). The
+        database is dropped afterwards, after `keep(database)` has looked at it."""
+        assert self.admin is not None
+        topic = self._fresh_topic("bench-drain")
+        database = topic.replace("-", "_")
+        parts = [payloads.kafka_messages(data, p, PRODUCERS) for p in range(PRODUCERS)]
+        per_part = None if limit is None else limit // PRODUCERS
+        readings = self._produce(topic, parts, data, per_message, per_part) * per_message
+        self.admin.command(f"CREATE DATABASE IF NOT EXISTS {database}")
+        migration = MigrationSettings(
+            clickhouse_host=self.settings.host,
+            clickhouse_port=self.settings.clickhouse_port,
+            clickhouse_admin_password=self.env["JOBSCOPE_CLICKHOUSE_ADMIN_PASSWORD"],
+            clickhouse_database=database,
+            kafka_bootstrap=self.settings.kafka_bootstrap,
+            readings_topic=topic,
+            consumer_group=database,
+            retention_days=RETENTION_DAYS,
+        )
+        client = self._client("jobscope", "JOBSCOPE_CLICKHOUSE_ADMIN_PASSWORD", database)
+        try:
+            start = time.monotonic()
+            apply_migrations(client, migration)
+            wait_for(
+                lambda: self._count(database) >= readings,
+                TIMEOUT,
+                f"the Kafka engine to drain {topic}",
+                interval=0.05,
+            )
+            seconds = time.monotonic() - start
+            if keep is not None:
+                keep(database)
+        finally:
+            client.close()
+            self.admin.command(f"DROP DATABASE IF EXISTS {database} SYNC")
+        return readings, seconds
+
+    # -- storage ---------------------------------------------------------------------------
+
+    def _bytes(self, database: str) -> int:
+        assert self.admin is not None
+        self.admin.command(f"OPTIMIZE TABLE {database}.metrics FINAL")
+        return int(
+            self.admin.command(
+                "SELECT sum(bytes_on_disk) FROM system.parts WHERE active "
+                "AND database = {db:String} AND table = 'metrics'",
+                parameters={"db": database},
+            )
+        )
+
+    def storage_bytes(self) -> int:
+        return self._bytes("default")
+
+    def storage_bytes_of(self, data: Dataset) -> int:
+        size: list[int] = []
+        readings, _ = self._drain(data, keep=lambda database: size.append(self._bytes(database)))
+        if readings != data.spec.readings:
+            raise RuntimeError(f"{readings} of {data.spec.readings} readings produced")
+        return size[0]
+
+    # -- queries ---------------------------------------------------------------------------
+
+    def fetch(self, data: Dataset, selection: Selection) -> bytes:
+        """As the read-only user (which reads with FINAL, as the API does): every column in
+        ClickHouse's Native format, received completely by clickhouse-connect."""
+        assert self.reader is not None
+        return self.reader.raw_query(
+            READINGS_SQL,
+            parameters={
+                "devices": selection.device_names(data),
+                "start": format_timestamp(selection.start_us),
+                "end": format_timestamp(selection.end_us),
+            },
+            fmt="Native",
+        )
+
+    def count(self, fetched: bytes) -> int:
+        """Rows in a Native result, decoded by the ClickHouse engine in this process."""
+        path = self.workdir / "fetched.native"
+        path.write_bytes(fetched)
+        try:
+            return int(chdb.query(f"SELECT count() FROM file('{path}', Native)", "CSV").bytes())
+        finally:
+            path.unlink()
+
+    # -- jobscope-only figures -------------------------------------------------------------
+
+    def extra_measurements(self, data: Dataset, quick: bool) -> dict[str, Any]:
+        """Each figure on its own: one that fails is recorded and the others still run."""
+        out: dict[str, Any] = {}
+        failed: dict[str, str] = {}
+        steps: list[tuple[str, Callable[[], dict[str, Any]]]] = [
+            ("drain", lambda: self._drain_figures(data, quick)),
+            ("api", lambda: self._api(data, API_LIMIT_S[quick])),
+            ("freshness", lambda: self._freshness(data, quick)),
+        ]
+        for name, step in steps:
+            log.info("jobscope: %s", name)
+            try:
+                out.update(step())
+            except Exception as exc:
+                log.error("jobscope: %s failed: %s", name, exc)
+                failed[name] = f"{type(exc).__name__}: {exc}"
+        if failed:
+            out["failed_measurements"] = failed
+        return out
+
+    def _drain_figures(self, data: Dataset, quick: bool) -> dict[str, Any]:
+        """The drain of the whole data set, then of a part of it by readings per message."""
+        readings, seconds = self._drain(data)
+        variants = {}
+        for per_message in (100, 10, 1):
+            n, s = (
+                (readings, seconds)
+                if per_message == 100
+                else self._drain(data, per_message, limit=VARIANT_READINGS[quick])
+            )
+            variants[f"jsoneachrow_{per_message}_per_message"] = {
+                "readings": n,
+                "seconds": s,
+                "readings_per_s": n / s,
+            }
+            log.info("jobscope: %d readings/message: %.0f readings/s", per_message, n / s)
+        return {
+            "ingest_drain_readings_per_s": readings / seconds,
+            "ingest_drain_seconds": seconds,
+            "drain_variants": variants,
+        }
+
+    def _api(self, data: Dataset, limit_s: float) -> dict[str, Any]:
+        """~1 M readings through GET /api/metrics, read completely by the client; given up
+        (and recorded as such) after `limit_s`, so that the run stays bounded."""
+        services.start_api(self.settings)
+        spec = data.spec
+        devices = list(
+            np.linspace(0, spec.devices, min(100, spec.devices), endpoint=False).astype(int)
+        )
+        ticks = max(1, 1_000_000 // (len(devices) * spec.metrics))
+        start_us = spec.start_us
+        end_us = start_us + min(ticks * spec.period_s, spec.duration_s) * US  # exclusive
+        expected = data.count(devices, start_us, end_us)
+        params = {
+            "devices": ",".join(data.devices[i] for i in devices),
+            "start_time": _iso(start_us),
+            "end_time": _iso(end_us - 1),  # the API's end is <=
+        }
+        began = time.perf_counter()
+        body = bytearray()
+        url = f"{self.settings.api_url}/api/metrics"
+        with httpx.stream("GET", url, params=params, timeout=TIMEOUT) as response:
+            response.raise_for_status()
+            for chunk in response.iter_bytes():
+                body += chunk
+                if time.perf_counter() - began > limit_s:
+                    got = body.count(b'"timestamp"')
+                    log.warning("jobscope: API fetch abandoned after %.0f s", limit_s)
+                    note = f"abandoned after {limit_s:.0f} s: {got:,} of {expected:,} readings"
+                    return {"api_1m_readings_s": None, "api_note": note}
+        seconds = time.perf_counter() - began
+        got = body.count(b'"timestamp"')
+        if got != expected:
+            raise RuntimeError(f"the API returned {got} readings, expected {expected}")
+        return {"api_1m_readings_s": seconds, "api_readings": got, "api_bytes": len(body)}
+
+    def _freshness(self, data: Dataset, quick: bool) -> dict[str, Any]:
+        """Replay the fleet in real time with current timestamps on `readings`, plus a probe
+        device every 100 ms; a checker sees when each probe reading becomes queryable."""
+        duration = FRESHNESS_S[quick]
+        stop = threading.Event()
+        sent_at: dict[int, float] = {}  # probe timestamp (us) -> wall time it was produced
+        seen: dict[int, float] = {}
+        errors: list[BaseException] = []
+        part = payloads.kafka_messages(data, 0, 1)
+        names = [n.encode() for n in data.devices]
+        topic = topics.READINGS.name
+
+        def fleet() -> None:
+            producer = self._producer(topic)
+            order = data.poll_order()
+            began = time.time()
+            with (
+                open(part.body, "rb") as f,
+                mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as body,
+            ):
+                for (tick, dev), (_, a, b) in zip(
+                    order, part.slices(data.spec.metrics), strict=False
+                ):
+                    due = began + (data.poll_us[tick, dev] - data.spec.start_us) / US
+                    if stop.wait(max(0.0, due - time.time())):
+                        break
+                    old = format_timestamp(int(data.poll_us[tick, dev])).encode()
+                    now = format_timestamp(int(time.time() * US)).encode()
+                    _produce_one(producer, topic, body[a:b].replace(old, now), names[dev])
+            producer.flush(30)
+
+        def probe() -> None:
+            producer = self._producer(topic)
+            while not stop.wait(PROBE_INTERVAL_S):
+                now_us = int(time.time() * US)
+                line = (
+                    f'{{"timestamp":"{format_timestamp(now_us)}","device_id":"'
+                    f'{PROBE_DEVICE}","metric_id":"bench_probe","value":1,"labels":{{}}}}\n'
+                )
+                sent_at[now_us] = time.time()
+                _produce_one(producer, topic, line.encode(), PROBE_DEVICE.encode())
+            producer.flush(30)
+
+        def check() -> None:
+            client = self._client("jobscope", "JOBSCOPE_CLICKHOUSE_ADMIN_PASSWORD")
+            try:
+                while not stop.wait(CHECK_INTERVAL_S):
+                    latest = client.command(
+                        "SELECT toUnixTimestamp64Micro(max(timestamp)) FROM metrics "
+                        "WHERE device_id = {d:String}",
+                        parameters={"d": PROBE_DEVICE},
+                    )
+                    now = time.time()
+                    for ts in [t for t in list(sent_at) if t <= int(latest) and t not in seen]:
+                        seen[ts] = now - sent_at[ts]
+            except BaseException as exc:
+                errors.append(exc)
+            finally:
+                client.close()
+
+        threads = [threading.Thread(target=f, daemon=True) for f in (fleet, probe, check)]
+        for t in threads:
+            t.start()
+        time.sleep(duration)
+        stop.set()
+        for t in threads:
+            t.join(60)
+        if errors:
+            raise errors[0]
+        warmup = min(sent_at, default=0) + 2 * US  # the first seconds include consumer start
+        samples = np.array([v for k, v in seen.items() if k >= warmup])
+        if len(samples) == 0:
+            raise RuntimeError("no probe reading became queryable during the freshness run")
+        lost = sum(
+            1 for k in sent_at if k >= warmup and k not in seen and k < max(sent_at) - 5 * US
+        )
+        return {
+            "freshness_p50_s": float(np.percentile(samples, 50)),
+            "freshness_p99_s": float(np.percentile(samples, 99)),
+            "freshness_max_s": float(samples.max()),
+            "freshness_samples": len(samples),
+            "freshness_unseen_probes": lost,
+            "freshness_load_readings_per_s": data.spec.devices
+            * data.spec.metrics
+            / data.spec.period_s,
+        }
+
+
+def _produce_one(
+    producer: Producer,
+    topic: str,
+    value: bytes,
+    key: bytes,
+    on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
+) -> None:
+    """Queue one message, waiting while the client's queue is full."""
+    while True:
+        try:
+            if on_delivery is None:
+                producer.produce(topic, value, key)
+            else:
+                producer.produce(topic, value, key, on_delivery=on_delivery)
+            producer.poll(0)
+            return
+        except BufferError:
+            producer.poll(0.05)
+
+
+def _check_format(part: payloads.KafkaMessages, data: Dataset) -> None:
+    """The bench's messages decode with jobscope's own `unpack` into the data set's readings."""
+    with open(part.body, "rb") as f:
+        dev, a, b = next(iter(part.slices(data.spec.metrics)))
+        f.seek(a)
+        readings = unpack(f.read(b - a))
+    if [r.metric_id for r in readings] != list(data.metrics) or readings[
+        0
+    ].device_id != data.devices[dev]:
+        raise RuntimeError("bench messages do not match producers/message.py")
+
+
+def _iso(epoch_us: int) -> str:
+    return (
+        datetime.fromtimestamp(epoch_us // US, UTC).replace(microsecond=epoch_us % US).isoformat()
+    )

@@ -1,0 +1,1 @@
+"""Producers: poll devices through protocol plugins and publish their readings to Kafka."""

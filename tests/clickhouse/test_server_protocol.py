@@ -1,0 +1,244 @@
+"""The local ClickHouse server speaks ClickHouse's HTTP interface to unmodified clients."""
+
+from __future__ import annotations
+
+import gzip
+import threading
+import uuid
+from datetime import datetime
+
+import httpx
+import lz4.frame
+import pytest
+import zstandard
+from clickhouse_connect.driver.client import Client
+from clickhouse_connect.driver.exceptions import DatabaseError
+
+from stack import services
+from stack.config import StackSettings
+
+
+@pytest.fixture(scope="module")
+def http(clickhouse: StackSettings) -> httpx.Client:
+    password = services.component_env(clickhouse)["JOBSCOPE_CLICKHOUSE_ADMIN_PASSWORD"]
+    return httpx.Client(base_url=clickhouse.clickhouse_url, auth=("jobscope", password),
+                        timeout=30)
+
+
+@pytest.fixture
+def table(admin_client: Client) -> str:
+    name = f"t_{uuid.uuid4().hex[:8]}"
+    admin_client.command(
+        f"CREATE TABLE {name} (ts DateTime64(6, 'UTC'), name String, value Float64, "
+        "labels Map(String, String)) ENGINE = MergeTree ORDER BY (name, ts)"
+    )
+    return name
+
+
+ROWS = [
+    [datetime(2026, 1, 1, 0, 0, 0, 1), "it's", 1.25, {"k": "v"}],
+    [datetime(2026, 1, 1, 0, 0, 1, 999999), 'multi\nline "quoted"', -0.5, {}],
+    [datetime(2026, 1, 1, 0, 0, 2, 500000), "ünïcode", 1e300, {"a": "1", "b": "2"}],
+]
+
+
+def test_ping(http: httpx.Client) -> None:
+    assert http.get("/ping").text == "Ok.\n"
+    assert httpx.get(str(http.base_url) + "/").text == "Ok.\n"
+
+
+def test_native_insert_and_select_roundtrip(admin_client: Client, table: str) -> None:
+    admin_client.insert(table, ROWS, column_names=["ts", "name", "value", "labels"])
+    got = admin_client.query(f"SELECT ts, name, value, labels FROM {table} ORDER BY ts").result_rows
+    assert [list(r) for r in got] == ROWS
+
+
+def test_parameters_are_bound_not_pasted(admin_client: Client, table: str) -> None:
+    admin_client.insert(table, ROWS, column_names=["ts", "name", "value", "labels"])
+    for row in ROWS:
+        result = admin_client.query(
+            f"SELECT value FROM {table} WHERE name = {{n:String}}", parameters={"n": row[1]}
+        )
+        assert result.result_rows == [(row[2],)]
+    injection = "x' OR 1=1 --"
+    result = admin_client.query(f"SELECT count() FROM {table} WHERE name = {{n:String}}",
+                                parameters={"n": injection})
+    assert result.result_rows == [(0,)]
+
+
+@pytest.mark.parametrize("fmt", ["JSONEachRow", "CSV", "TabSeparated", "Parquet", "Arrow",
+                                 "RowBinary"])
+def test_any_output_format(admin_client: Client, fmt: str) -> None:
+    expected = admin_client.raw_query(f"SELECT number FROM numbers(1000) FORMAT {fmt}")
+    raw = admin_client.raw_query("SELECT number FROM numbers(1000)", fmt=fmt)
+    assert raw == expected and len(raw) > 0
+    if fmt == "CSV":
+        assert raw.decode().split("\n")[:3] == ["0", "1", "2"]
+
+
+def test_settings_are_applied(admin_client: Client) -> None:
+    result = admin_client.query("SELECT getSetting('max_block_size')",
+                                settings={"max_block_size": 1234})
+    assert result.result_rows == [(1234,)]
+    with pytest.raises(DatabaseError, match="TOO_MANY_ROWS|158"):
+        admin_client.query("SELECT number FROM numbers(100)",
+                           settings={"max_result_rows": 10, "result_overflow_mode": "throw"})
+
+
+def test_database_parameter(http: httpx.Client, admin_client: Client) -> None:
+    db = f"db_{uuid.uuid4().hex[:8]}"
+    admin_client.command(f"CREATE DATABASE {db}")
+    admin_client.command(f"CREATE TABLE {db}.only_here (x UInt8) ENGINE = Memory")
+    response = http.post("/", params={"database": db}, content="EXISTS TABLE only_here")
+    assert response.status_code == 200 and response.text == "1\n"
+    response = http.post("/", content="EXISTS TABLE only_here")
+    assert response.text == "0\n"  # the default database, not the previous request's
+
+
+def test_insert_statement_in_body_or_url(http: httpx.Client, admin_client: Client,
+                                         table: str) -> None:
+    line = "2026-01-01 00:00:00.000001\tbody\t1\t{}\n"
+    assert http.post("/", content=f"INSERT INTO {table} FORMAT TabSeparated\n{line}").status_code == 200
+    response = http.post("/", params={"query": f"INSERT INTO {table} FORMAT TabSeparated"},
+                         content=line.replace("body", "url"))
+    assert response.status_code == 200
+    values = f"INSERT INTO {table} VALUES ('2026-01-01 00:00:00.000002', 'values', 2, {{}})"
+    assert http.post("/", content=values).status_code == 200
+    names = admin_client.query(f"SELECT name FROM {table} ORDER BY name").result_rows
+    assert names == [("body",), ("url",), ("values",)]
+
+
+@pytest.mark.parametrize("encoding,compress,decompress", [
+    ("gzip", gzip.compress, gzip.decompress),
+    ("lz4", lz4.frame.compress, lz4.frame.decompress),
+    ("zstd", zstandard.ZstdCompressor().compress,
+     lambda data: zstandard.ZstdDecompressor().decompressobj().decompress(data)),
+])
+def test_compressed_requests_and_responses(http: httpx.Client, encoding: str, compress,
+                                           decompress) -> None:
+    body = compress(b"SELECT number FROM numbers(100000) FORMAT TSV")
+    with http.stream("POST", "/", params={"enable_http_compression": "1"}, content=body,
+                     headers={"Content-Encoding": encoding, "Accept-Encoding": encoding}) as r:
+        assert r.status_code == 200
+        assert r.headers["Content-Encoding"] == encoding
+        raw = b"".join(r.iter_raw())
+    text = decompress(raw).decode()
+    assert len(raw) < len(text)
+    assert text.split("\n")[:2] == ["0", "1"] and text.count("\n") == 100000
+
+
+def test_clickhouse_connect_compression(clickhouse: StackSettings) -> None:
+    password = services.component_env(clickhouse)["JOBSCOPE_CLICKHOUSE_ADMIN_PASSWORD"]
+    import clickhouse_connect
+
+    for compress in ("lz4", "gzip"):
+        client = clickhouse_connect.get_client(host=clickhouse.host, port=clickhouse.clickhouse_port,
+                                               username="jobscope", password=password,
+                                               compress=compress)
+        assert client.query("SELECT sum(number) FROM numbers(1000000)").result_rows == [
+            (499999500000,)]
+
+
+def test_block_compression_is_refused_clearly(http: httpx.Client) -> None:
+    response = http.post("/", params={"compress": "1"}, content="SELECT 1")
+    assert response.status_code != 200
+    assert response.headers["X-ClickHouse-Exception-Code"] == "48"
+    assert "Content-Encoding" in response.text
+
+
+def test_errors_carry_code_and_message(http: httpx.Client, admin_client: Client) -> None:
+    response = http.post("/", content="SELECT * FROM no_such_table")
+    assert response.status_code == 404
+    assert response.headers["X-ClickHouse-Exception-Code"] == "60"
+    assert response.text.startswith("Code: 60. DB::Exception:") and "no_such_table" in response.text
+    response = http.post("/", content="SELEKT 1")
+    assert response.status_code == 400 and response.headers["X-ClickHouse-Exception-Code"] == "62"
+    with pytest.raises(DatabaseError, match="60"):
+        admin_client.query("SELECT * FROM no_such_table")
+
+
+def test_wrong_password_is_refused(clickhouse: StackSettings) -> None:
+    response = httpx.post(clickhouse.clickhouse_url, content="SELECT 1", auth=("jobscope", "nope"))
+    assert response.status_code == 403
+    assert response.headers["X-ClickHouse-Exception-Code"] == "516"
+    response = httpx.post(clickhouse.clickhouse_url, content="SELECT 1")  # no user at all
+    assert response.status_code == 403
+
+
+def test_several_statements_are_refused(http: httpx.Client, table: str,
+                                        admin_client: Client) -> None:
+    response = http.post("/", content=f"SELECT 1; DROP TABLE {table}")
+    assert response.status_code == 400 and "Multi-statements" in response.text
+    assert admin_client.command(f"EXISTS TABLE {table}") == 1
+
+
+def test_large_results_stream(clickhouse: StackSettings, http: httpx.Client) -> None:
+    """30 M rows (~250 MB of text) stream through; the server's memory grows far less."""
+    pid = services.process(clickhouse, "clickhouse").pid()
+    assert pid is not None
+    http.post("/", content="SELECT number FROM numbers(3000000) FORMAT Null")  # warm up
+    baseline = _rss_bytes(pid)
+    peak_rss = baseline
+    received = 0
+    with http.stream("POST", "/", content="SELECT number FROM numbers(30000000) FORMAT TSV") as r:
+        assert r.headers.get("Transfer-Encoding") == "chunked"
+        for chunk in r.iter_raw():
+            received += len(chunk)
+            peak_rss = max(peak_rss, _rss_bytes(pid))
+    assert received > 250_000_000
+    growth = peak_rss - baseline
+    assert growth < received / 4, f"server grew {growth} bytes for a {received}-byte result"
+
+
+def _rss_bytes(pid: int) -> int:
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def test_concurrent_requests_while_a_stream_is_open(http: httpx.Client,
+                                                    clickhouse: StackSettings) -> None:
+    """Queries of other requests give correct results while one result is being streamed."""
+    import clickhouse_connect
+
+    password = services.component_env(clickhouse)["JOBSCOPE_CLICKHOUSE_ADMIN_PASSWORD"]
+    errors: list[str] = []
+    answered: list[int] = []
+
+    def worker(n: int) -> None:
+        try:
+            client = clickhouse_connect.get_client(
+                host=clickhouse.host, port=clickhouse.clickhouse_port, username="jobscope",
+                password=password)
+            for i in range(20):
+                got = client.query(f"SELECT count() FROM numbers({n * 1000 + i})").result_rows
+                if got != [(n * 1000 + i,)]:
+                    errors.append(f"{n}/{i}: {got}")
+                answered.append(1)
+        except Exception as exc:
+            errors.append(f"{n}: {exc}")
+
+    with http.stream("POST", "/", content="SELECT number FROM numbers(50000000) FORMAT TSV") as r:
+        next(r.iter_raw())  # the stream is open and paused
+        threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    assert errors == []
+    assert len(answered) == 80
+
+
+def test_malformed_request_fails_alone(clickhouse: StackSettings, http: httpx.Client) -> None:
+    bad = httpx.post(clickhouse.clickhouse_url, content=b"\x1f\x8b not gzip at all",
+                     headers={"Content-Encoding": "gzip"},
+                     auth=http.auth)  # type: ignore[arg-type]
+    assert bad.status_code == 400 and bad.headers["X-ClickHouse-Exception-Code"] == "271"
+    assert http.post("/", content="SELECT 42").text == "42\n"
+
+
+def test_get_is_read_only(http: httpx.Client, table: str) -> None:
+    assert http.get("/", params={"query": "SELECT 1"}).text == "1\n"
+    response = http.get("/", params={"query": f"DROP TABLE {table}"})
+    assert response.status_code == 403 and response.headers["X-ClickHouse-Exception-Code"] == "164"

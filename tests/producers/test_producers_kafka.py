@@ -1,0 +1,408 @@
+"""`python -m producers` against the real broker: what reaches Kafka, tick by tick.
+
+One producer process runs healthy, hung, failing and flapping tester devices every 200 ms
+into a topic of its own; the tests then check every message it published.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from producers.message import unpack
+from producers.plugins.tester.plugin import tester_value
+from producers.reading import Reading
+from producers.runtime import now_us
+from stack import services
+from stack.config import StackSettings
+from stack.processes import wait_until
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PERIOD_US = 200_000
+ALIGNMENT_TOLERANCE_US = 50_000
+"""How late after its tick a poll may start on a busy 2-core machine."""
+
+DEVICES = """\
+- name: tester_value
+  device_id: node-a
+  url: tester://?metrics=3
+  update_every: 200
+  labels: {{rack: r1, source: tester}}
+- name: tester_power_watt
+  device_id: node-a
+  url: tester://
+  update_every: 200
+  labels: {{source: tester}}
+- name: tester_temp_celsius
+  device_id: node-a
+  url: tester://?metrics=2
+  update_every: 400
+- name: tester_value
+  device_id: node-b
+  url: tester://?metrics=2
+  update_every: 200
+- name: tester_value
+  device_id: node-flap
+  url: tester://?hang_file={flap}
+  update_every: 200
+- name: tester_value
+  device_id: node-hang
+  url: tester://?hang=1
+  update_every: 200
+- name: tester_value
+  device_id: node-fail
+  url: tester://?fail=1
+  update_every: 200
+"""
+LABELS = {
+    "tester_value_0": {"rack": "r1", "source": "tester"},
+    "tester_value_1": {"rack": "r1", "source": "tester"},
+    "tester_value_2": {"rack": "r1", "source": "tester"},
+    "tester_power_watt": {"source": "tester"},
+}
+"""The labels of node-a's 200 ms metrics; every other metric has none."""
+
+
+@dataclass(frozen=True)
+class Received:
+    key: str
+    readings: list[Reading]
+
+    @property
+    def timestamp_us(self) -> int:
+        return self.readings[0].timestamp_us
+
+
+class TopicReader:
+    """Reads a whole topic from its beginning, without a consumer group."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.consumer = Consumer(
+            {"bootstrap.servers": bootstrap, "group.id": topic, "enable.auto.commit": False}
+        )
+        partitions = self.consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        self.partitions = [TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions]
+        self.consumer.assign(self.partitions)
+        self.messages: list[Received] = []
+
+    def fetch(self) -> None:
+        for msg in self.consumer.consume(num_messages=1000, timeout=0.2):
+            if msg.error():
+                raise KafkaException(msg.error())
+            self.messages.append(Received(msg.key().decode(), unpack(msg.value())))
+
+    def of(self, device_id: str, after_us: int = 0) -> list[Received]:
+        self.fetch()
+        return [m for m in self.messages if m.key == device_id and m.timestamp_us > after_us]
+
+    def drain(self) -> None:
+        """Fetch until every partition has been read up to its end."""
+        ends = {
+            tp.partition: self.consumer.get_watermark_offsets(tp, timeout=10)[1]
+            for tp in self.partitions
+        }
+
+        def at_end() -> bool:
+            self.fetch()
+            positions = self.consumer.position(
+                [TopicPartition(tp.topic, tp.partition) for tp in self.partitions]
+            )
+            return all(
+                tp.offset >= ends[tp.partition] for tp in positions if ends[tp.partition] > 0
+            )
+
+        wait_until(at_end, 20, "the whole topic")
+
+
+@dataclass(frozen=True)
+class Run:
+    messages: list[Received]
+    log: str
+    returncode: int
+    flap_hung_us: tuple[int, int]
+    """While node-flap's hang file existed."""
+
+
+def _create_topic(bootstrap: str, partitions: int = 3) -> str:
+    """A topic of this test's own, ready when this returns."""
+    topic = f"test-producers-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, replication_factor=1)])[topic].result()
+
+    def ready() -> bool:
+        metadata = admin.list_topics(topic, timeout=5).topics[topic]
+        return metadata.error is None and len(metadata.partitions) == partitions
+
+    wait_until(ready, 10, f"topic {topic}")
+    return topic
+
+
+def _start_producers(
+    kafka: str, topic: str, tmp_path: Path, devices: str, **settings: str
+) -> tuple[subprocess.Popen[bytes], Path]:
+    """`python -m producers` on `devices` (YAML text) into `topic`; returns it and its log."""
+    devices_file = tmp_path / "devices.yaml"
+    devices_file.write_text(devices)
+    env = {
+        **os.environ,
+        "JOBSCOPE_KAFKA_BOOTSTRAP": kafka,
+        "JOBSCOPE_READINGS_TOPIC": topic,
+        **{f"JOBSCOPE_{name.upper()}": value for name, value in settings.items()},
+    }
+    log_file = tmp_path / "producers.log"
+    with open(log_file, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "producers", "--devices", str(devices_file)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=REPO_ROOT,
+        )
+    return proc, log_file
+
+
+@pytest.fixture(scope="module")
+def run(kafka: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    tmp = tmp_path_factory.mktemp("producers")
+    flap = tmp / "node-flap.hang"
+    topic = _create_topic(kafka)
+    proc, log_file = _start_producers(
+        kafka, topic, tmp, DEVICES.format(flap=flap), linger_ms="500", stats_interval_s="1"
+    )
+    reader = TopicReader(kafka, topic)
+    try:
+        wait_until(
+            lambda: len(reader.of("node-flap")) >= 3 and len(reader.of("node-b")) >= 3,
+            30,
+            "the first ticks of node-flap and node-b",
+        )
+        flap.touch()
+        hang_from = now_us()
+        wait_until(
+            lambda: len(reader.of("node-b", after_us=hang_from)) >= 5,
+            10,
+            "5 ticks of node-b while node-flap hangs",
+        )
+        hang_until = now_us()
+        flap.unlink()
+        wait_until(
+            lambda: len(reader.of("node-flap", after_us=hang_until)) >= 2,
+            10,
+            "node-flap to recover",
+        )
+        proc.send_signal(signal.SIGTERM)
+        returncode = proc.wait(timeout=20)
+        reader.drain()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        reader.consumer.close()
+    yield Run(reader.messages, log_file.read_text(), returncode, (hang_from, hang_until))
+
+
+def _final_counts(log: str) -> tuple[int, int]:
+    """(messages, readings) delivered according to the last log line; none failed or left."""
+    stopped = re.search(
+        r"stopped: (\d+) messages queued, (\d+) delivered \((\d+) readings\), "
+        r"0 failed, 0 undelivered",
+        log,
+    )
+    assert stopped, log
+    queued, delivered, readings = map(int, stopped.groups())
+    assert queued == delivered
+    return delivered, readings
+
+
+def test_sigterm_exits_0_and_every_message_reached_the_topic(run: Run) -> None:
+    assert run.returncode == 0, run.log
+    assert _final_counts(run.log) == (len(run.messages), sum(len(m.readings) for m in run.messages))
+
+
+def test_each_tick_of_a_device_group_is_one_message_keyed_by_device(run: Run) -> None:
+    streams: dict[tuple[str, tuple[str, ...]], list[int]] = {}
+    for message in run.messages:
+        assert {r.device_id for r in message.readings} == {message.key}
+        assert {r.timestamp_us for r in message.readings} == {message.timestamp_us}
+        metrics = tuple(r.metric_id for r in message.readings)
+        streams.setdefault((message.key, metrics), []).append(message.timestamp_us)
+    assert set(streams) == {
+        ("node-a", ("tester_value_0", "tester_value_1", "tester_value_2", "tester_power_watt")),
+        ("node-a", ("tester_temp_celsius_0", "tester_temp_celsius_1")),
+        ("node-b", ("tester_value_0", "tester_value_1")),
+        ("node-flap", ("tester_value",)),
+    }
+    for timestamps in streams.values():
+        assert len(set(timestamps)) == len(timestamps)  # no tick published twice
+
+
+def test_values_and_labels_are_exactly_the_testers(run: Run) -> None:
+    for message in run.messages:
+        for r in message.readings:
+            assert r.value == tester_value(r.device_id, r.metric_id, r.timestamp_us)
+            expected_labels = LABELS.get(r.metric_id, {}) if r.device_id == "node-a" else {}
+            assert r.labels == expected_labels
+
+
+def _ticks(run: Run, device_id: str, period_us: int, first_metric: str) -> list[int]:
+    timestamps = sorted(
+        m.timestamp_us
+        for m in run.messages
+        if m.key == device_id and m.readings[0].metric_id == first_metric
+    )
+    for timestamp in timestamps:
+        assert timestamp % period_us < ALIGNMENT_TOLERANCE_US, (device_id, timestamp)
+    return [timestamp // period_us for timestamp in timestamps]
+
+
+@pytest.mark.parametrize(
+    ("device_id", "period_us", "first_metric"),
+    [
+        ("node-a", PERIOD_US, "tester_value_0"),
+        ("node-a", 2 * PERIOD_US, "tester_temp_celsius_0"),
+        ("node-b", PERIOD_US, "tester_value_0"),
+    ],
+)
+def test_healthy_devices_publish_every_aligned_tick(
+    run: Run, device_id: str, period_us: int, first_metric: str
+) -> None:
+    """Beside a hung, a failing and a flapping device, no tick is missed or late."""
+    ticks = _ticks(run, device_id, period_us, first_metric)
+    assert len(ticks) >= 5
+    assert ticks == list(range(ticks[0], ticks[0] + len(ticks)))
+    assert "tick(s) skipped" not in run.log
+
+
+def test_hung_and_failing_devices_publish_nothing_and_are_logged_once(run: Run) -> None:
+    assert not [m for m in run.messages if m.key in ("node-hang", "node-fail")]
+    hang = re.findall(
+        r"ERROR producers.runtime: poll failed: device_id=node-hang "
+        r"url=tester://\?hang=1 name=tester_value: no answer within \d+ ms",
+        run.log,
+    )
+    fail = re.findall(
+        r"ERROR producers.runtime: poll failed: device_id=node-fail "
+        r"url=tester://\?fail=1 name=tester_value: RuntimeError",
+        run.log,
+    )
+    assert (len(hang), len(fail)) == (1, 1), run.log
+
+
+def test_flapping_device_misses_only_the_ticks_it_hung(run: Run) -> None:
+    hang_from, hang_until = run.flap_hung_us
+    ticks = _ticks(run, "node-flap", PERIOD_US, "tester_value")
+    before = [t for t in ticks if t * PERIOD_US < hang_from - PERIOD_US]
+    after = [t for t in ticks if t * PERIOD_US > hang_until]
+    assert not [t for t in ticks if hang_from <= t * PERIOD_US < hang_until - PERIOD_US]
+    assert before and after
+    assert before == list(range(ticks[0], before[-1] + 1))
+    assert after == list(range(after[0], ticks[-1] + 1))
+    assert after[0] * PERIOD_US - hang_until <= 2 * PERIOD_US  # recovered at the next tick
+    assert run.log.count("poll failed: device_id=node-flap") == 1
+    assert run.log.count("poll recovered: device_id=node-flap") == 1
+
+
+def test_stats_line_counts_timeouts_and_errors(run: Run) -> None:
+    stats = re.findall(
+        r"last 1 s: ([\d.]+) readings/s; .*; (\d+) poll errors, "
+        r"(\d+) poll timeouts",
+        run.log,
+    )
+    assert stats, run.log
+    assert any(
+        float(rate) > 0 and int(errors) > 0 and int(timeouts) > 0
+        for rate, errors, timeouts in stats
+    )
+
+
+def test_sigterm_flushes_what_the_client_still_held(kafka: str, tmp_path: Path) -> None:
+    """With a 60 s linger nothing leaves the client by itself: only the flush sends it."""
+    topic = _create_topic(kafka)
+    proc, log_file = _start_producers(
+        kafka,
+        topic,
+        tmp_path,
+        "- {name: m, device_id: node-s, url: 'tester://?metrics=3', update_every: 200}\n",
+        linger_ms="60000",
+        stats_interval_s="0.5",
+    )
+    reader = TopicReader(kafka, topic)
+    awaiting = re.compile(r"(\d+) messages awaiting delivery")
+    try:
+        wait_until(
+            lambda: any(int(n) >= 3 for n in awaiting.findall(log_file.read_text())),
+            30,
+            "3 messages waiting in the client",
+        )
+        assert reader.of("node-s") == []
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0, log_file.read_text()
+        reader.drain()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        reader.consumer.close()
+    log = log_file.read_text()
+    flushing = re.search(r"stopping: polling stopped, flushing (\d+) messages", log)
+    assert flushing and int(flushing[1]) >= 3, log
+    assert _final_counts(log) == (len(reader.messages), 3 * len(reader.messages))
+    for message in reader.messages:
+        for r in message.readings:
+            assert r.value == tester_value(r.device_id, r.metric_id, r.timestamp_us)
+
+
+@pytest.mark.slow
+def test_broker_restart_loses_no_reading(
+    kafka: str, stack_settings: StackSettings, tmp_path: Path
+) -> None:
+    """Messages produced while the broker is down wait in the client and arrive later.
+
+    Restarts the session's broker: other users of the `kafka` fixture see it come back.
+    """
+    topic = _create_topic(kafka)
+    proc, log_file = _start_producers(
+        kafka,
+        topic,
+        tmp_path,
+        "- {name: tester_value, device_id: node-r, url: 'tester://?metrics=2', "
+        "update_every: 200}\n",
+    )
+    reader = TopicReader(kafka, topic)
+    try:
+        wait_until(lambda: len(reader.of("node-r")) >= 3, 30, "the first ticks of node-r")
+        services.process(stack_settings, "kafka").stop()
+        down_from = now_us()
+        services.start_kafka(stack_settings)
+        down_until = now_us()
+        wait_until(
+            lambda: len(reader.of("node-r", after_us=down_until)) >= 3,
+            60,
+            "node-r after the broker restart",
+        )
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0, log_file.read_text()
+        reader.drain()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        reader.consumer.close()
+    ticks = sorted(m.timestamp_us // PERIOD_US for m in reader.messages)
+    assert ticks == list(range(ticks[0], ticks[-1] + 1)), log_file.read_text()
+    assert (down_until - down_from) // PERIOD_US >= 10  # the outage spanned many ticks
+    assert ticks[0] * PERIOD_US < down_from and ticks[-1] * PERIOD_US > down_until
+    for message in reader.messages:
+        for r in message.readings:
+            assert r.value == tester_value(r.device_id, r.metric_id, r.timestamp_us)

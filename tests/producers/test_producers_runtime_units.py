@@ -1,0 +1,109 @@
+"""Runtime behaviour that needs no broker: ticks, grouping, overruns, startup errors."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from producers.config import DeviceEntry, ProducerSettings
+from producers.message import unpack
+from producers.publisher import DeliveryCounters
+from producers.runtime import Runtime, build_groups, next_tick_us
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_next_tick_is_the_next_multiple_of_the_period() -> None:
+    assert next_tick_us(1_000_000, 200_000) == 1_200_000
+    assert next_tick_us(1_000_001, 200_000) == 1_200_000
+    assert next_tick_us(1_199_999, 200_000) == 1_200_000
+    assert next_tick_us(1_795_288_158_123_456, 1_000_000) == 1_795_288_159_000_000
+
+
+def entry(device_id: str, name: str, update_every: int) -> DeviceEntry:
+    return DeviceEntry(name=name, device_id=device_id, url="tester://", update_every=update_every)
+
+
+def test_entries_are_grouped_by_device_and_period() -> None:
+    entries = [
+        entry("node-1", "a", 1000),
+        entry("node-2", "a", 1000),
+        entry("node-1", "b", 1000),
+        entry("node-1", "c", 200),
+    ]
+    groups = build_groups(entries)
+    assert [(g.device_id, g.update_every_ms, [e.name for e, _ in g.members]) for g in groups] == [
+        ("node-1", 1000, ["a", "b"]),
+        ("node-2", 1000, ["a"]),
+        ("node-1", 200, ["c"]),
+    ]
+
+
+class SlowPublisher:
+    """Stands in for a Kafka client whose queue is full: its second publish takes 250 ms."""
+
+    def __init__(self) -> None:
+        self.counters = DeliveryCounters()
+        self.fatal_error = None
+        self.timestamps: list[int] = []
+
+    async def publish(self, device_id: str, payload: bytes, readings: int) -> None:
+        self.timestamps.append(unpack(payload)[0].timestamp_us)
+        if len(self.timestamps) == 2:
+            await asyncio.sleep(0.25)
+
+    def serve_callbacks(self) -> None:
+        pass
+
+    def undelivered(self) -> int:
+        return 0
+
+
+def test_an_overrunning_tick_skips_to_the_next_aligned_tick(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    publisher = SlowPublisher()
+    groups = build_groups([entry("node-1", "a", 100)])
+    runtime = Runtime(groups, publisher, ProducerSettings())  # type: ignore[arg-type]
+
+    async def scenario() -> None:
+        stop = asyncio.Event()
+        running = asyncio.create_task(runtime.run(stop))
+        while len(publisher.timestamps) < 5:
+            await asyncio.sleep(0.05)
+        stop.set()
+        await asyncio.wait_for(running, timeout=5)
+
+    asyncio.run(scenario())
+    ticks = [timestamp // 100_000 for timestamp in publisher.timestamps]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(ticks)]
+    missed = runtime.counters.missed_ticks
+    assert missed >= 2  # the slow publish ended 2.5 periods after its tick
+    assert gaps == [1, missed + 1] + [1] * (len(gaps) - 2)
+    assert (
+        f"node-1: tick took longer than its 100 ms period: {missed} tick(s) skipped" in caplog.text
+    )
+
+
+def test_invalid_devices_file_exits_2_naming_the_entry(tmp_path: Path) -> None:
+    devices = tmp_path / "devices.yaml"
+    devices.write_text("- {name: m, device_id: node-1, url: 'tester://', update_every: -5}\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "producers", "--devices", str(devices)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=REPO_ROOT,
+        env={**os.environ, "JOBSCOPE_KAFKA_BOOTSTRAP": "127.0.0.1:1"},
+    )
+    assert result.returncode == 2
+    assert (
+        f"{devices} entry 1 (line 1, device_id=node-1): update_every: Input should be "
+        "greater than 0"
+    ) in result.stdout
