@@ -10,8 +10,13 @@ from api.main import create_app
 
 def main() -> None:
     settings = ApiSettings()  # type: ignore[call-arg]
-    uvicorn.run(create_app(settings), host=settings.api_host, port=settings.api_port,
-                log_level="info", access_log=False)
+    uvicorn.run(
+        create_app(settings),
+        host=settings.api_host,
+        port=settings.api_port,
+        log_level="info",
+        access_log=False,
+    )
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ def get_settings(request: Request) -> ApiSettings:
 
 
 def get_clickhouse(request: Request) -> Client:
-    return request.app.state.clickhouse
+    return request.app.state.clickhouse.get()
 
 
 SettingsDep = Annotated[ApiSettings, Depends(get_settings)]

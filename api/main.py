@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import clickhouse_connect
 from fastapi import FastAPI
 
 from api import errors
+from api.clickhouse import ClickHouseProvider
 from api.config import ApiSettings
 from api.routes import health, metrics
 
@@ -16,13 +16,7 @@ from api.routes import health, metrics
 def create_app(settings: ApiSettings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        # One client, shared by the worker threads: no session, so requests are independent.
-        app.state.clickhouse = clickhouse_connect.get_client(
-            host=settings.clickhouse_host, port=settings.clickhouse_port,
-            username=settings.clickhouse_reader_user,
-            password=settings.clickhouse_reader_password.get_secret_value(),
-            database=settings.clickhouse_database, autogenerate_session_id=False,
-        )
+        app.state.clickhouse = ClickHouseProvider(settings)
         yield
         app.state.clickhouse.close()
 

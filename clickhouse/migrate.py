@@ -38,7 +38,9 @@ class MigrationSettings(BaseSettings):
     readings_topic: str = "readings"
     consumer_group: str = "jobscope-clickhouse"
     kafka_consumers: int = Field(1, ge=1, description="Kafka engine consumers (<= partitions)")
-    kafka_flush_interval_ms: int = Field(500, ge=10, description="max wait before a block is written")
+    kafka_flush_interval_ms: int = Field(
+        500, ge=10, description="max wait before a block is written"
+    )
     retention_days: int = Field(90, ge=1)
 
     def placeholders(self) -> dict[str, str]:
@@ -64,15 +66,17 @@ def render(sql: str, values: dict[str, str]) -> str:
 
 def connect(settings: MigrationSettings) -> Client:
     return clickhouse_connect.get_client(
-        host=settings.clickhouse_host, port=settings.clickhouse_port,
+        host=settings.clickhouse_host,
+        port=settings.clickhouse_port,
         username=settings.clickhouse_admin_user,
         password=settings.clickhouse_admin_password.get_secret_value(),
         database=settings.clickhouse_database,
     )
 
 
-def apply_migrations(client: Client, settings: MigrationSettings,
-                     directory: Path = MIGRATIONS_DIR) -> list[str]:
+def apply_migrations(
+    client: Client, settings: MigrationSettings, directory: Path = MIGRATIONS_DIR
+) -> list[str]:
     """Apply pending migrations in order; return the names applied by this call."""
     client.command(
         "CREATE TABLE IF NOT EXISTS schema_migrations (name String, checksum String, "
@@ -90,8 +94,9 @@ def apply_migrations(client: Client, settings: MigrationSettings,
                 )
             continue
         client.command(render(text, settings.placeholders()))
-        client.insert("schema_migrations", [[path.name, checksum]],
-                      column_names=["name", "checksum"])
+        client.insert(
+            "schema_migrations", [[path.name, checksum]], column_names=["name", "checksum"]
+        )
         applied.append(path.name)
         log.info("applied %s", path.name)
     ensure_retention(client, settings.retention_days)
@@ -108,12 +113,16 @@ def ensure_retention(client: Client, days: int) -> None:
     if match is None:
         raise RuntimeError("metrics has no TTL in days: cannot check the retention")
     if int(match.group(1)) != days:
-        client.command(f"ALTER TABLE metrics MODIFY TTL toDateTime(timestamp) + INTERVAL {days:d} DAY")
+        client.command(
+            f"ALTER TABLE metrics MODIFY TTL toDateTime(timestamp) + INTERVAL {days:d} DAY"
+        )
         log.info("retention of metrics changed to %d days", days)
 
 
 def main() -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     settings = MigrationSettings()  # type: ignore[call-arg]
     applied = apply_migrations(connect(settings), settings)
     log.info("schema up to date (%d migration(s) applied now)", len(applied))

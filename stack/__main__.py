@@ -60,8 +60,10 @@ def main() -> int:
             return 1
     elif command == "down":
         stopped = services.stop_all(settings)
-        print(f"stopped: {', '.join(stopped) or 'nothing was running'} (data kept in "
-              f"{settings.state_dir})")
+        print(
+            f"stopped: {', '.join(stopped) or 'nothing was running'} (data kept in "
+            f"{settings.state_dir})"
+        )
     else:
         return 0 if status(settings) else 3
     return 0

@@ -26,8 +26,17 @@ def classpath(settings: StackSettings) -> str:
             raise RuntimeError("Maven (mvn) is required to resolve the Kafka jars")
         cp_file.parent.mkdir(parents=True, exist_ok=True)
         subprocess.run(
-            ["mvn", "-q", "-B", "-Dstyle.color=never", "-f", str(pom), "dependency:build-classpath",
-             "-DincludeScope=runtime", f"-Dmdep.outputFile={cp_file}"],
+            [
+                "mvn",
+                "-q",
+                "-B",
+                "-Dstyle.color=never",
+                "-f",
+                str(pom),
+                "dependency:build-classpath",
+                "-DincludeScope=runtime",
+                f"-Dmdep.outputFile={cp_file}",
+            ],
             check=True,
         )
     return cp_file.read_text().strip()
@@ -52,9 +61,14 @@ def render_config(settings: StackSettings) -> Path:
 
 def _java(settings: StackSettings, heap: str, main: str, *args: str) -> list[str]:
     return [
-        "java", f"-Xmx{heap}", f"-Xms{heap}" if heap.endswith("m") else "-Xms256m",
+        "java",
+        f"-Xmx{heap}",
+        f"-Xms{heap}" if heap.endswith("m") else "-Xms256m",
         f"-Dlog4j2.configurationFile={KAFKA_DIR / 'log4j2.yaml'}",
-        "-cp", classpath(settings), main, *args,
+        "-cp",
+        classpath(settings),
+        main,
+        *args,
     ]
 
 
@@ -64,9 +78,19 @@ def format_storage(settings: StackSettings, config: Path) -> None:
         return
     cluster_id = _cluster_id()
     subprocess.run(
-        _java(settings, "256m", "kafka.tools.StorageTool",
-              "format", "-t", cluster_id, "-c", str(config), "--standalone"),
-        check=True, stdout=subprocess.DEVNULL,
+        _java(
+            settings,
+            "256m",
+            "kafka.tools.StorageTool",
+            "format",
+            "-t",
+            cluster_id,
+            "-c",
+            str(config),
+            "--standalone",
+        ),
+        check=True,
+        stdout=subprocess.DEVNULL,
     )
 
 
@@ -96,7 +120,9 @@ def start(settings: StackSettings, timeout: float = 90.0) -> None:
         format_storage(settings, config)
         proc.start(
             _java(settings, settings.kafka_heap, "kafka.Kafka", str(config)),
-            ports=[(settings.host, settings.kafka_port),
-                   (settings.host, settings.kafka_controller_port)],
+            ports=[
+                (settings.host, settings.kafka_port),
+                (settings.host, settings.kafka_controller_port),
+            ],
         )
     wait_until(lambda: is_ready(settings), timeout, f"Kafka on {settings.kafka_bootstrap}")

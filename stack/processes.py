@@ -59,8 +59,13 @@ class ManagedProcess:
     def is_running(self) -> bool:
         return self.pid() is not None
 
-    def start(self, argv: Sequence[str], env: Mapping[str, str] | None = None,
-              cwd: Path | None = None, ports: Sequence[tuple[str, int]] = ()) -> int:
+    def start(
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+        ports: Sequence[tuple[str, int]] = (),
+    ) -> int:
         """Start `argv` detached (own session), appending output to the log file.
 
         Refuses when one of `ports` is already taken by a process this one did not start.
@@ -77,8 +82,13 @@ class ManagedProcess:
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_file, "ab") as log:
             proc = subprocess.Popen(
-                list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env={**os.environ, **(env or {})}, cwd=cwd, start_new_session=True,
+                list(argv),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, **(env or {})},
+                cwd=cwd,
+                start_new_session=True,
             )
         self.pid_file.write_text(f"{proc.pid}\n")
         return proc.pid

@@ -32,7 +32,7 @@ def process(settings: StackSettings, name: str) -> ManagedProcess:
 
 
 def _http_ok(url: str) -> bool:
-    with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310 (loopback only)
+    with urllib.request.urlopen(url, timeout=2) as response:
         return response.status == 200
 
 
@@ -45,41 +45,59 @@ def start_clickhouse(settings: StackSettings, timeout: float = 60.0) -> None:
     """Start the local ClickHouse server and apply the schema."""
     env = component_env(settings)
     process(settings, "clickhouse").start(
-        [sys.executable, "-m", "clickhouse.server"], env=env, cwd=REPO_ROOT,
+        [sys.executable, "-m", "clickhouse.server"],
+        env=env,
+        cwd=REPO_ROOT,
         ports=[(settings.host, settings.clickhouse_port)],
     )
-    wait_until(lambda: _http_ok(f"{settings.clickhouse_url}/ping"), timeout,
-               f"ClickHouse on {settings.clickhouse_url}")
+    wait_until(
+        lambda: _http_ok(f"{settings.clickhouse_url}/ping"),
+        timeout,
+        f"ClickHouse on {settings.clickhouse_url}",
+    )
     apply_schema(settings)
 
 
 def apply_schema(settings: StackSettings) -> None:
     env = component_env(settings)
     migration = MigrationSettings(
-        clickhouse_host=settings.host, clickhouse_port=settings.clickhouse_port,
+        clickhouse_host=settings.host,
+        clickhouse_port=settings.clickhouse_port,
         clickhouse_admin_password=env["JOBSCOPE_CLICKHOUSE_ADMIN_PASSWORD"],
-        kafka_bootstrap=settings.kafka_bootstrap, retention_days=settings.retention_days,
+        kafka_bootstrap=settings.kafka_bootstrap,
+        retention_days=settings.retention_days,
     )
     apply_migrations(connect(migration), migration)
 
 
-def start_producers(settings: StackSettings, devices_file: Path | None = None,
-                    name: str = "producers") -> ManagedProcess:
+def start_producers(
+    settings: StackSettings, devices_file: Path | None = None, name: str = "producers"
+) -> ManagedProcess:
     proc = process(settings, name)
     proc.start(
-        [sys.executable, "-m", "producers", "--devices", str(devices_file or settings.devices_file)],
-        env=component_env(settings), cwd=REPO_ROOT,
+        [
+            sys.executable,
+            "-m",
+            "producers",
+            "--devices",
+            str(devices_file or settings.devices_file),
+        ],
+        env=component_env(settings),
+        cwd=REPO_ROOT,
     )
     return proc
 
 
 def start_api(settings: StackSettings, timeout: float = 60.0) -> None:
     process(settings, "api").start(
-        [sys.executable, "-m", "api"], env=component_env(settings), cwd=REPO_ROOT,
+        [sys.executable, "-m", "api"],
+        env=component_env(settings),
+        cwd=REPO_ROOT,
         ports=[(settings.host, settings.api_port)],
     )
-    wait_until(lambda: _http_ok(f"{settings.api_url}/health"), timeout,
-               f"the API on {settings.api_url}")
+    wait_until(
+        lambda: _http_ok(f"{settings.api_url}/health"), timeout, f"the API on {settings.api_url}"
+    )
 
 
 # Stop order: readers and writers first, the broker last.

@@ -21,14 +21,16 @@ ON_DEMAND = TopicSpec("ondemand", 1, {"cleanup.policy": "compact"})
 ALL_TOPICS = (READINGS, JOBS, ON_DEMAND)
 
 
-def ensure_topics(bootstrap: str, topics: tuple[TopicSpec, ...] = ALL_TOPICS,
-                  timeout: float = 30.0) -> None:
+def ensure_topics(
+    bootstrap: str, topics: tuple[TopicSpec, ...] = ALL_TOPICS, timeout: float = 30.0
+) -> None:
     """Create the topics that do not exist yet; existing ones are left as they are."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     existing = set(admin.list_topics(timeout=timeout).topics)
     missing = [
         NewTopic(t.name, num_partitions=t.partitions, replication_factor=1, config=t.config)
-        for t in topics if t.name not in existing
+        for t in topics
+        if t.name not in existing
     ]
     if not missing:
         return

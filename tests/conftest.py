@@ -55,7 +55,10 @@ def clickhouse(stack_settings: StackSettings, kafka: str) -> Iterator[StackSetti
 def _client(settings: StackSettings, user: str, password_var: str, **kwargs: object) -> Client:
     password = services.component_env(settings)[password_var]
     return clickhouse_connect.get_client(
-        host=settings.host, port=settings.clickhouse_port, username=user, password=password,
+        host=settings.host,
+        port=settings.clickhouse_port,
+        username=user,
+        password=password,
         **kwargs,
     )
 

@@ -30,7 +30,9 @@ def readings_query(selection: ReadingsSelection) -> tuple[str, dict[str, Any]]:
         "metrics.timestamp <= {end:DateTime64(6, 'UTC')}",
     ]
     params: dict[str, Any] = {
-        "devices": list(selection.devices), "start": selection.start, "end": selection.end,
+        "devices": list(selection.devices),
+        "start": selection.start,
+        "end": selection.end,
     }
     if selection.metrics:
         where.append("metric_id IN {metrics:Array(String)}")

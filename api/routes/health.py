@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from confluent_kafka.admin import AdminClient
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from api.deps import ClickHouseDep, SettingsDep
+from api.clickhouse import ClickHouseProvider
+from api.deps import SettingsDep
 from api.schemas import ComponentHealth, Health
 
 router = APIRouter(tags=["health"])
@@ -21,21 +22,23 @@ def kafka_health(bootstrap: str, timeout: float) -> ComponentHealth:
         return ComponentHealth(ok=False, detail=f"{bootstrap}: {exc}")
 
 
-def clickhouse_health(client: ClickHouseDep) -> ComponentHealth:
+def clickhouse_health(provider: ClickHouseProvider) -> ComponentHealth:
     try:
-        version = client.command("SELECT version()")
+        version = provider.get().command("SELECT version()")
         return ComponentHealth(ok=True, detail=f"ClickHouse {version}")
     except Exception as exc:
         return ComponentHealth(ok=False, detail=str(exc).splitlines()[0])
 
 
-@router.get("/health", operation_id="get_health", response_model=Health,
-            responses={503: {"model": Health}})
-def get_health(clickhouse: ClickHouseDep, settings: SettingsDep) -> JSONResponse:
+@router.get(
+    "/health", operation_id="get_health", response_model=Health, responses={503: {"model": Health}}
+)
+def get_health(request: Request, settings: SettingsDep) -> JSONResponse:
     """200 when Kafka and ClickHouse both answer, 503 otherwise."""
     health = Health(
-        status="ok", kafka=kafka_health(settings.kafka_bootstrap, settings.health_timeout_s),
-        clickhouse=clickhouse_health(clickhouse),
+        status="ok",
+        kafka=kafka_health(settings.kafka_bootstrap, settings.health_timeout_s),
+        clickhouse=clickhouse_health(request.app.state.clickhouse),
     )
     if not (health.kafka.ok and health.clickhouse.ok):
         health.status = "degraded"

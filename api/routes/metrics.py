@@ -29,12 +29,15 @@ def parse_time(parameter: str, value: str | None) -> datetime | None:
     if value is None:
         return None
     try:
-        parsed = (datetime.fromtimestamp(float(value), UTC) if _is_number(value)
-                  else datetime.fromisoformat(value.replace(" ", "T", 1)))
+        parsed = (
+            datetime.fromtimestamp(float(value), UTC)
+            if _is_number(value)
+            else datetime.fromisoformat(value.replace(" ", "T", 1))
+        )
     except (ValueError, OverflowError, OSError) as exc:
         raise ParameterError(
-            parameter, f"{value!r} is not an ISO 8601 time (e.g. 2026-11-21T10:00:00+01:00) "
-            "or Unix seconds"
+            parameter,
+            f"{value!r} is not an ISO 8601 time (e.g. 2026-11-21T10:00:00+01:00) or Unix seconds",
         ) from exc
     if parsed.tzinfo is not None:
         parsed = parsed.astimezone(UTC).replace(tzinfo=None)
@@ -73,19 +76,29 @@ def get_metrics(
     clickhouse: ClickHouseDep,
     settings: SettingsDep,
     devices: Annotated[str, Query(description="comma-separated device ids, e.g. node-1,node-2")],
-    metrics: Annotated[str | None, Query(description="comma-separated metric ids (all if absent)")] = None,
-    start_time: Annotated[str | None, Query(description="ISO 8601 or Unix seconds; default end_time - 5 min")] = None,
-    end_time: Annotated[str | None, Query(description="ISO 8601 or Unix seconds; default now")] = None,
+    metrics: Annotated[
+        str | None, Query(description="comma-separated metric ids (all if absent)")
+    ] = None,
+    start_time: Annotated[
+        str | None, Query(description="ISO 8601 or Unix seconds; default end_time - 5 min")
+    ] = None,
+    end_time: Annotated[
+        str | None, Query(description="ISO 8601 or Unix seconds; default now")
+    ] = None,
 ) -> StreamingResponse:
     """Every reading of the given devices (and metrics) between start_time and end_time,
     oldest first, as a JSON array of Kwollect-shaped readings."""
     end = parse_time("end_time", end_time) or datetime.now(UTC).replace(tzinfo=None)
-    start = parse_time("start_time", start_time) or end - timedelta(seconds=settings.default_window_s)
+    start = parse_time("start_time", start_time) or end - timedelta(
+        seconds=settings.default_window_s
+    )
     if start > end:
         raise ParameterError("start_time", "must not be after end_time")
     selection = ReadingsSelection(
-        devices=parse_list("devices", devices), metrics=parse_list("metrics", metrics),
-        start=start, end=end,
+        devices=parse_list("devices", devices),
+        metrics=parse_list("metrics", metrics),
+        start=start,
+        end=end,
     )
     sql, params = readings_query(selection)
     stream = clickhouse.raw_stream(sql, parameters=params, fmt="JSONEachRow")

@@ -13,8 +13,11 @@ from clickhouse.server.http_handler import ClickHouseHTTPServer
 
 
 def main() -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        stream=sys.stdout)
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stdout,
+    )
     settings = ServerSettings()  # type: ignore[call-arg]  (required values come from the env)
     engine = Engine(settings.data_dir, settings.pool_size)
     server = ClickHouseHTTPServer(settings, engine)
@@ -25,8 +28,14 @@ def main() -> int:
 
     signal.signal(signal.SIGTERM, shutdown)
     signal.signal(signal.SIGINT, shutdown)
-    logging.info("ClickHouse engine %s on data %s; HTTP on %s:%s (%d connections)",
-                 "26.1", settings.data_dir, settings.host, settings.port, settings.pool_size)
+    logging.info(
+        "ClickHouse engine %s on data %s; HTTP on %s:%s (%d connections)",
+        "26.1",
+        settings.data_dir,
+        settings.host,
+        settings.port,
+        settings.pool_size,
+    )
     try:
         server.serve_forever()
     finally:

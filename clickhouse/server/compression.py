@@ -35,7 +35,9 @@ def _checked(fn: Callable[[bytes], bytes]) -> Callable[[bytes], bytes]:
         try:
             return fn(chunk)
         except Exception as exc:
-            raise ClickHouseError(CANNOT_DECOMPRESS, f"Cannot decompress request body: {exc}") from exc
+            raise ClickHouseError(
+                CANNOT_DECOMPRESS, f"Cannot decompress request body: {exc}"
+            ) from exc
 
     return run
 

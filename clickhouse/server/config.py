@@ -14,7 +14,9 @@ class ServerSettings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8123
     data_dir: Path = Field(description="the engine's data directory, owned by this process")
-    tmp_dir: Path | None = Field(None, description="spool for insert bodies; default <data_dir>-tmp")
+    tmp_dir: Path | None = Field(
+        None, description="spool for insert bodies; default <data_dir>-tmp"
+    )
     pool_size: int = Field(8, ge=1, description="engine connections = queries running at once")
     queue_timeout_s: float = Field(30.0, gt=0, description="wait for a free connection, then 503")
     admin_user: str = "jobscope"

@@ -18,8 +18,9 @@ import chdb
 from clickhouse.server.errors import TOO_MANY_SIMULTANEOUS_QUERIES, ClickHouseError
 from clickhouse.server.statements import escape_param
 
-
-_PARSER_SCOPE = re.compile(r"\.? ?: In scope SELECT formatQuerySingleLine\(.*\)\.?(?= \(\w+\)$)", re.S)
+_PARSER_SCOPE = re.compile(
+    r"\.? ?: In scope SELECT formatQuerySingleLine\(.*\)\.?(?= \(\w+\)$)", re.S
+)
 
 
 def quote_identifier(name: str) -> str:

@@ -21,13 +21,31 @@ from clickhouse.server.users import User, authenticate, credentials, users_from_
 log = logging.getLogger("clickhouse.server")
 
 # URL parameters that steer the HTTP exchange; every other one is a query setting.
-TRANSPORT_PARAMS = frozenset({
-    "query", "database", "default_format", "user", "password", "quota_key", "query_id",
-    "session_id", "session_timeout", "session_check", "compress", "decompress",
-    "enable_http_compression", "buffer_size", "wait_end_of_query", "send_progress_in_http_headers",
-    "http_headers_progress_interval_ms", "http_zlib_compression_level", "http_response_buffer_size",
-    "client_protocol_version", "role",
-})
+TRANSPORT_PARAMS = frozenset(
+    {
+        "query",
+        "database",
+        "default_format",
+        "user",
+        "password",
+        "quota_key",
+        "query_id",
+        "session_id",
+        "session_timeout",
+        "session_check",
+        "compress",
+        "decompress",
+        "enable_http_compression",
+        "buffer_size",
+        "wait_end_of_query",
+        "send_progress_in_http_headers",
+        "http_headers_progress_interval_ms",
+        "http_zlib_compression_level",
+        "http_response_buffer_size",
+        "client_protocol_version",
+        "role",
+    }
+)
 READ_SIZE = 1 << 20
 
 
@@ -109,9 +127,12 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
         body: RequestBody | None = None
         try:
             body = RequestBody(self)
-            if url.path in ("/ping", "/") and "query" not in params and (
-                is_get or not self.headers.get("Content-Length", "0").strip("0")
-            ) and "chunked" not in self.headers.get("Transfer-Encoding", ""):
+            if (
+                url.path in ("/ping", "/")
+                and "query" not in params
+                and (is_get or not self.headers.get("Content-Length", "0").strip("0"))
+                and "chunked" not in self.headers.get("Transfer-Encoding", "")
+            ):
                 self._send(200, [b"Ok.\n"], {"Content-Type": "text/plain; charset=UTF-8"})
                 return
             if url.path != "/":
@@ -137,21 +158,29 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
                 except Exception:
                     self.close_connection = True
 
-    def _execute(self, user: User, params: dict[str, str], body: RequestBody, query_id: str,
-                 is_get: bool) -> None:
+    def _execute(
+        self, user: User, params: dict[str, str], body: RequestBody, query_id: str, is_get: bool
+    ) -> None:
         settings_obj = self.server.settings
         session = self.server.sessions.get(user.name, params.get("session_id"))
         query_settings = {
             **session.settings,
-            **{k: v for k, v in params.items()
-               if k not in TRANSPORT_PARAMS and not k.startswith("param_")},
+            **{
+                k: v
+                for k, v in params.items()
+                if k not in TRANSPORT_PARAMS and not k.startswith("param_")
+            },
         }
         if user.readonly:
             query_settings.pop("readonly", None)
         query_settings.update(user.forced_settings)
-        query_params = {k[len("param_"):]: v for k, v in params.items() if k.startswith("param_")}
-        database = (self.headers.get("X-ClickHouse-Database") or params.get("database")
-                    or session.database or "default")
+        query_params = {k[len("param_") :]: v for k, v in params.items() if k.startswith("param_")}
+        database = (
+            self.headers.get("X-ClickHouse-Database")
+            or params.get("database")
+            or session.database
+            or "default"
+        )
 
         prefix, rest = self._read_prefix(params.get("query", ""), body, settings_obj.max_query_size)
         split = statements.split_insert(prefix)
@@ -160,12 +189,21 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
             if split is not None:
                 canonical = conn.canonical(split.head)
                 statements.check_allowed("INSERT", canonical, user.readonly, is_get)
-                self._insert(conn, canonical, prefix[split.data_offset:], rest, query_settings,
-                             query_params, query_id)
+                self._insert(
+                    conn,
+                    canonical,
+                    prefix[split.data_offset :],
+                    rest,
+                    query_settings,
+                    query_params,
+                    query_id,
+                )
                 return
             if rest is not None:
-                raise ClickHouseError(QUERY_IS_TOO_LARGE,
-                                      f"Query is too large (more than {settings_obj.max_query_size} bytes)")
+                raise ClickHouseError(
+                    QUERY_IS_TOO_LARGE,
+                    f"Query is too large (more than {settings_obj.max_query_size} bytes)",
+                )
             canonical = conn.canonical(prefix.decode("utf-8", "replace"))
             kind = statements.kind_of(canonical)
             statements.check_allowed(kind, canonical, user.readonly, is_get)
@@ -176,8 +214,11 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
                 session.database = canonical.split(None, 1)[1].strip("`")
                 self._send(200, [], {}, query_id)
             elif kind in statements.OUTPUT_KINDS:
-                default_format = (self.headers.get("X-ClickHouse-Format")
-                                  or params.get("default_format") or statements.DEFAULT_FORMAT)
+                default_format = (
+                    self.headers.get("X-ClickHouse-Format")
+                    or params.get("default_format")
+                    or statements.DEFAULT_FORMAT
+                )
                 sql = statements.output_query(canonical, default_format, query_settings)
                 fmt = statements.output_format(sql) or default_format
                 if kind in statements.STREAMING_KINDS:
@@ -185,8 +226,11 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
                 else:  # chdb streams only SELECTs; these results are small
                     chunks = iter([conn.run(sql, query_params, fmt)])
                 first = next(chunks, b"")  # errors found before the first row get a proper status
-                encoding = choose_encoding(self.headers.get("Accept-Encoding")) if params.get(
-                    "enable_http_compression") in ("1", "true") else None
+                encoding = (
+                    choose_encoding(self.headers.get("Accept-Encoding"))
+                    if params.get("enable_http_compression") in ("1", "true")
+                    else None
+                )
                 headers = {"Content-Type": _content_type(fmt), "X-ClickHouse-Format": fmt}
                 if encoding:
                     headers["Content-Encoding"] = encoding
@@ -196,7 +240,9 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
                 conn.run(canonical, query_params)
                 self._send(200, [], {}, query_id)
 
-    def _read_prefix(self, url_query: str, body: RequestBody, limit: int) -> tuple[bytes, Iterator[bytes] | None]:
+    def _read_prefix(
+        self, url_query: str, body: RequestBody, limit: int
+    ) -> tuple[bytes, Iterator[bytes] | None]:
         """The start of the query stream (URL query + newline + body) up to `limit` bytes.
 
         Returns the prefix and, when the stream is longer, an iterator over the rest.
@@ -212,9 +258,16 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
                 return b"".join(parts), chunks
         return b"".join(parts), None
 
-    def _insert(self, conn: EngineConnection, canonical: str, data_start: bytes,
-                rest: Iterator[bytes] | None, settings: dict[str, str], params: dict[str, str],
-                query_id: str) -> None:
+    def _insert(
+        self,
+        conn: EngineConnection,
+        canonical: str,
+        data_start: bytes,
+        rest: Iterator[bytes] | None,
+        settings: dict[str, str],
+        params: dict[str, str],
+        query_id: str,
+    ) -> None:
         """Spool the insert data to a file and let the engine read it with the table's types."""
         spool = self.server.settings.spool_dir
         with tempfile.NamedTemporaryFile(dir=spool, prefix="insert-", suffix=".data") as tmp:
@@ -233,8 +286,12 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
 
     def _send(self, status: int, chunks, headers: dict[str, str], query_id: str = "") -> None:
         self.send_response(status)
-        for name, value in {"X-ClickHouse-Query-Id": query_id, "X-ClickHouse-Timezone": "UTC",
-                            "X-ClickHouse-Server-Display-Name": "jobscope", **headers}.items():
+        for name, value in {
+            "X-ClickHouse-Query-Id": query_id,
+            "X-ClickHouse-Timezone": "UTC",
+            "X-ClickHouse-Server-Display-Name": "jobscope",
+            **headers,
+        }.items():
             if value:
                 self.send_header(name, value)
         self.send_header("Transfer-Encoding", "chunked")
@@ -301,9 +358,14 @@ def _content_type(fmt: str) -> str:
     lower = fmt.lower()
     if lower.startswith("json"):
         return "application/json; charset=UTF-8"
-    if lower in ("native", "rowbinary", "arrow", "parquet", "arrowstream") or lower.startswith("rowbinary"):
+    if lower in ("native", "rowbinary", "arrow", "parquet", "arrowstream") or lower.startswith(
+        "rowbinary"
+    ):
         return "application/octet-stream"
     if lower.startswith(("csv", "tsv", "tabseparated")):
-        return "text/tab-separated-values; charset=UTF-8" if not lower.startswith("csv") else \
-            "text/csv; charset=UTF-8"
+        return (
+            "text/tab-separated-values; charset=UTF-8"
+            if not lower.startswith("csv")
+            else "text/csv; charset=UTF-8"
+        )
     return "text/plain; charset=UTF-8"

@@ -21,7 +21,7 @@ class Session:
 
 def parse_set(canonical: str) -> dict[str, str]:
     """`SET a = 1, b = 'x'` (as ClickHouse prints it) -> {'a': '1', 'b': 'x'}."""
-    body = canonical[len("SET"):].strip()
+    body = canonical[len("SET") :].strip()
     result: dict[str, str] = {}
     pos = 0
     while pos < len(body):

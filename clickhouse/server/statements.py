@@ -69,8 +69,13 @@ def split_insert(prefix: bytes) -> InsertSplit | None:
 
 def escape_param(value: str) -> str:
     """A string in the escaped text form ClickHouse expects for query parameters."""
-    return (value.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t")
-            .replace("\r", "\\r").replace("\0", "\\0"))
+    return (
+        value.replace("\\", "\\\\")
+        .replace("\n", "\\n")
+        .replace("\t", "\\t")
+        .replace("\r", "\\r")
+        .replace("\0", "\\0")
+    )
 
 
 def kind_of(canonical: str) -> str:
@@ -80,11 +85,15 @@ def kind_of(canonical: str) -> str:
 def check_allowed(kind: str, canonical: str, readonly_user: bool, is_get: bool) -> None:
     """Refuse what this user (or an HTTP GET, which ClickHouse treats as read-only) may not run."""
     if _FILE_ACCESS.search(canonical):
-        raise ClickHouseError(ACCESS_DENIED, "INTO OUTFILE and FROM INFILE are not allowed over HTTP")
+        raise ClickHouseError(
+            ACCESS_DENIED, "INTO OUTFILE and FROM INFILE are not allowed over HTTP"
+        )
     if kind in OUTPUT_KINDS or kind in SESSION_KINDS:
         return
     if readonly_user:
-        raise ClickHouseError(READONLY, f"Cannot execute query in readonly mode: {kind} is not a read")
+        raise ClickHouseError(
+            READONLY, f"Cannot execute query in readonly mode: {kind} is not a read"
+        )
     if is_get:
         raise ClickHouseError(READONLY, "Cannot execute query in readonly mode: use POST to write")
 
@@ -125,10 +134,15 @@ def insert_from_file(canonical_head: str, path: str, settings: Mapping[str, str]
     if match is None:
         raise ClickHouseError(SYNTAX_ERROR, f"Cannot find the data of INSERT: {canonical_head}")
     target, inline_settings, fmt = match.groups()
-    clause = ", ".join(s for s in (inline_settings, settings_list(settings) if settings else "") if s)
+    clause = ", ".join(
+        s for s in (inline_settings, settings_list(settings) if settings else "") if s
+    )
     quoted = path.replace("\\", "\\\\").replace("'", "\\'")
-    return f"{target} FROM INFILE '{quoted}'" + (f" SETTINGS {clause}" if clause else "") + \
-        f" FORMAT {fmt}"
+    return (
+        f"{target} FROM INFILE '{quoted}'"
+        + (f" SETTINGS {clause}" if clause else "")
+        + f" FORMAT {fmt}"
+    )
 
 
 def drop_target(canonical: str) -> tuple[str, str | None, str | None] | None:

@@ -23,7 +23,9 @@ class User:
 def users_from_settings(settings: ServerSettings) -> dict[str, User]:
     admin = User(settings.admin_user, settings.admin_password.get_secret_value(), readonly=False)
     reader = User(
-        settings.reader_user, settings.reader_password.get_secret_value(), readonly=True,
+        settings.reader_user,
+        settings.reader_password.get_secret_value(),
+        readonly=True,
         # FINAL hides readings delivered twice; readonly=1 comes last so nothing lifts it.
         forced_settings={"final": "1", "readonly": "1"},
     )

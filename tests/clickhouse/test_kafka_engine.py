@@ -20,31 +20,41 @@ def test_kafka_table_consumes_a_topic(clickhouse: StackSettings, admin_client: C
     name = f"canary_{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": clickhouse.kafka_bootstrap})
     admin.create_topics([NewTopic(name, num_partitions=2, replication_factor=1)])[name].result(30)
-    admin_client.command(f"CREATE TABLE {name}_dest (n UInt32, s String) ENGINE = MergeTree ORDER BY n")
+    admin_client.command(
+        f"CREATE TABLE {name}_dest (n UInt32, s String) ENGINE = MergeTree ORDER BY n"
+    )
     admin_client.command(
         f"CREATE TABLE {name}_queue (n UInt32, s String) ENGINE = Kafka SETTINGS "
         f"kafka_broker_list = '{clickhouse.kafka_bootstrap}', kafka_topic_list = '{name}', "
         f"kafka_group_name = '{name}', kafka_format = 'JSONEachRow', kafka_flush_interval_ms = 200"
     )
-    admin_client.command(f"CREATE MATERIALIZED VIEW {name}_mv TO {name}_dest AS "
-                         f"SELECT n, s FROM {name}_queue")
+    admin_client.command(
+        f"CREATE MATERIALIZED VIEW {name}_mv TO {name}_dest AS SELECT n, s FROM {name}_queue"
+    )
     producer = Producer({"bootstrap.servers": clickhouse.kafka_bootstrap})
     for n in range(100):
         producer.produce(name, f'{{"n": {n}, "s": "row {n}"}}\n'.encode(), key=str(n % 7))
     assert producer.flush(30) == 0
-    wait_until(lambda: admin_client.command(f"SELECT count() FROM {name}_dest") == 100, 60,
-               "the Kafka engine to consume 100 messages")
+    wait_until(
+        lambda: admin_client.command(f"SELECT count() FROM {name}_dest") == 100,
+        60,
+        "the Kafka engine to consume 100 messages",
+    )
     assert admin_client.command(f"SELECT sum(n) FROM {name}_dest") == sum(range(100))
     # Not dropped: dropping a consuming Kafka table hangs in the pinned engine.
 
 
 def test_dropping_a_consuming_kafka_table_is_refused_not_hung(admin_client: Client) -> None:
     """In the pinned engine such a DROP never returns; the server refuses it instead."""
-    from clickhouse_connect.driver.exceptions import DatabaseError
     import pytest
+    from clickhouse_connect.driver.exceptions import DatabaseError
 
-    for statement in ("DROP TABLE readings_queue", "DROP TABLE readings_queue_mv SYNC",
-                      "DETACH TABLE default.readings_queue", "DROP DATABASE default"):
+    for statement in (
+        "DROP TABLE readings_queue",
+        "DROP TABLE readings_queue_mv SYNC",
+        "DETACH TABLE default.readings_queue",
+        "DROP DATABASE default",
+    ):
         with pytest.raises(DatabaseError, match="would stop a running Kafka consumer"):
             admin_client.command(statement)
     assert admin_client.command("EXISTS TABLE readings_queue") == 1

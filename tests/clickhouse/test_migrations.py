@@ -24,11 +24,15 @@ def database(clickhouse: StackSettings, admin_client: Client) -> tuple[Client, M
     admin = AdminClient({"bootstrap.servers": clickhouse.kafka_bootstrap})
     admin.create_topics([NewTopic(f"{name}-readings", 1, 1)])[f"{name}-readings"].result(30)
     settings = MigrationSettings(
-        clickhouse_host=clickhouse.host, clickhouse_port=clickhouse.clickhouse_port,
+        clickhouse_host=clickhouse.host,
+        clickhouse_port=clickhouse.clickhouse_port,
         clickhouse_admin_password=services.component_env(clickhouse)[
-            "JOBSCOPE_CLICKHOUSE_ADMIN_PASSWORD"],
-        clickhouse_database=name, kafka_bootstrap=clickhouse.kafka_bootstrap,
-        readings_topic=f"{name}-readings", consumer_group=f"{name}-group",
+            "JOBSCOPE_CLICKHOUSE_ADMIN_PASSWORD"
+        ],
+        clickhouse_database=name,
+        kafka_bootstrap=clickhouse.kafka_bootstrap,
+        readings_topic=f"{name}-readings",
+        consumer_group=f"{name}-group",
     )
     return connect(settings), settings
 
@@ -41,13 +45,16 @@ def test_fresh_then_again(database: tuple[Client, MigrationSettings]) -> None:
     assert apply_migrations(client, settings) == []
     tables = {row[0] for row in client.query("SHOW TABLES").result_rows}
     assert {"metrics", "ingest_errors", "readings_queue", "readings_queue_mv"} <= tables
-    engine = client.command("SELECT engine FROM system.tables WHERE database = currentDatabase() "
-                            "AND name = 'readings_queue'")
+    engine = client.command(
+        "SELECT engine FROM system.tables WHERE database = currentDatabase() "
+        "AND name = 'readings_queue'"
+    )
     assert engine == "Kafka"
 
 
-def test_edited_migration_is_refused(database: tuple[Client, MigrationSettings],
-                                     tmp_path: Path) -> None:
+def test_edited_migration_is_refused(
+    database: tuple[Client, MigrationSettings], tmp_path: Path
+) -> None:
     client, settings = database
     copy = tmp_path / "migrations"
     shutil.copytree(MIGRATIONS_DIR, copy)
@@ -61,6 +68,8 @@ def test_edited_migration_is_refused(database: tuple[Client, MigrationSettings],
 def test_retention_follows_configuration(database: tuple[Client, MigrationSettings]) -> None:
     client, settings = database
     apply_migrations(client, settings.model_copy(update={"retention_days": 7}))
-    create = client.command("SELECT create_table_query FROM system.tables "
-                            "WHERE database = currentDatabase() AND name = 'metrics'")
+    create = client.command(
+        "SELECT create_table_query FROM system.tables "
+        "WHERE database = currentDatabase() AND name = 'metrics'"
+    )
     assert "toIntervalDay(7)" in create

@@ -25,22 +25,25 @@ def test_reader_reads(reader_client: Client) -> None:
     assert reader_client.query("SELECT number FROM numbers(5)").result_rows[-1] == (4,)
 
 
-@pytest.mark.parametrize("statement", [
-    "INSERT INTO metrics (device_id) VALUES ('x')",
-    "INSERT INTO metrics SELECT * FROM metrics",
-    "CREATE TABLE evil (x UInt8) ENGINE = Memory",
-    "DROP TABLE metrics",
-    "ALTER TABLE metrics DELETE WHERE 1",
-    "TRUNCATE TABLE metrics",
-    "OPTIMIZE TABLE metrics",
-    "SYSTEM STOP MERGES",
-    "SELECT * FROM file('/etc/passwd', 'LineAsString')",
-    "SELECT * FROM url('http://127.0.0.1:1/', CSV, 'a String')",
-    "SELECT count() FROM readings_queue SETTINGS stream_like_engine_allow_direct_select = 1",
-    "SELECT 1 INTO OUTFILE '/tmp/x'",
-    "SELECT 1; DROP TABLE metrics",
-    "SELECT getSetting('readonly') SETTINGS readonly = 0",
-])
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "INSERT INTO metrics (device_id) VALUES ('x')",
+        "INSERT INTO metrics SELECT * FROM metrics",
+        "CREATE TABLE evil (x UInt8) ENGINE = Memory",
+        "DROP TABLE metrics",
+        "ALTER TABLE metrics DELETE WHERE 1",
+        "TRUNCATE TABLE metrics",
+        "OPTIMIZE TABLE metrics",
+        "SYSTEM STOP MERGES",
+        "SELECT * FROM file('/etc/passwd', 'LineAsString')",
+        "SELECT * FROM url('http://127.0.0.1:1/', CSV, 'a String')",
+        "SELECT count() FROM readings_queue SETTINGS stream_like_engine_allow_direct_select = 1",
+        "SELECT 1 INTO OUTFILE '/tmp/x'",
+        "SELECT 1; DROP TABLE metrics",
+        "SELECT getSetting('readonly') SETTINGS readonly = 0",
+    ],
+)
 def test_reader_cannot_write(reader_http: httpx.Client, statement: str) -> None:
     response = reader_http.post("/", content=statement)
     assert response.status_code in (400, 403), response.text
@@ -48,7 +51,9 @@ def test_reader_cannot_write(reader_http: httpx.Client, statement: str) -> None:
 
 
 def test_reader_cannot_lift_readonly(reader_http: httpx.Client) -> None:
-    response = reader_http.post("/", params={"readonly": "0"}, content="SELECT getSetting('readonly')")
+    response = reader_http.post(
+        "/", params={"readonly": "0"}, content="SELECT getSetting('readonly')"
+    )
     assert response.status_code == 200 and response.text == "1\n"
     session = {"session_id": str(uuid.uuid4())}
     reader_http.post("/", params=session, content="SET readonly = 0")
@@ -58,8 +63,11 @@ def test_reader_cannot_lift_readonly(reader_http: httpx.Client) -> None:
 
 def test_reader_cannot_insert_native(reader_client: Client) -> None:
     with pytest.raises(DatabaseError, match="164"):
-        reader_client.insert("metrics", [[datetime(2026, 1, 1), "d", "m", 1.0, {}]],
-                             column_names=["timestamp", "device_id", "metric_id", "value", "labels"])
+        reader_client.insert(
+            "metrics",
+            [[datetime(2026, 1, 1), "d", "m", 1.0, {}]],
+            column_names=["timestamp", "device_id", "metric_id", "value", "labels"],
+        )
 
 
 def test_reader_never_sees_a_reading_twice(admin_client: Client, reader_client: Client) -> None:

@@ -6,6 +6,7 @@ import gzip
 import threading
 import uuid
 from datetime import datetime
+from pathlib import Path
 
 import httpx
 import lz4.frame
@@ -21,8 +22,7 @@ from stack.config import StackSettings
 @pytest.fixture(scope="module")
 def http(clickhouse: StackSettings) -> httpx.Client:
     password = services.component_env(clickhouse)["JOBSCOPE_CLICKHOUSE_ADMIN_PASSWORD"]
-    return httpx.Client(base_url=clickhouse.clickhouse_url, auth=("jobscope", password),
-                        timeout=30)
+    return httpx.Client(base_url=clickhouse.clickhouse_url, auth=("jobscope", password), timeout=30)
 
 
 @pytest.fixture
@@ -61,13 +61,15 @@ def test_parameters_are_bound_not_pasted(admin_client: Client, table: str) -> No
         )
         assert result.result_rows == [(row[2],)]
     injection = "x' OR 1=1 --"
-    result = admin_client.query(f"SELECT count() FROM {table} WHERE name = {{n:String}}",
-                                parameters={"n": injection})
+    result = admin_client.query(
+        f"SELECT count() FROM {table} WHERE name = {{n:String}}", parameters={"n": injection}
+    )
     assert result.result_rows == [(0,)]
 
 
-@pytest.mark.parametrize("fmt", ["JSONEachRow", "CSV", "TabSeparated", "Parquet", "Arrow",
-                                 "RowBinary"])
+@pytest.mark.parametrize(
+    "fmt", ["JSONEachRow", "CSV", "TabSeparated", "Parquet", "Arrow", "RowBinary"]
+)
 def test_any_output_format(admin_client: Client, fmt: str) -> None:
     expected = admin_client.raw_query(f"SELECT number FROM numbers(1000) FORMAT {fmt}")
     raw = admin_client.raw_query("SELECT number FROM numbers(1000)", fmt=fmt)
@@ -77,12 +79,15 @@ def test_any_output_format(admin_client: Client, fmt: str) -> None:
 
 
 def test_settings_are_applied(admin_client: Client) -> None:
-    result = admin_client.query("SELECT getSetting('max_block_size')",
-                                settings={"max_block_size": 1234})
+    result = admin_client.query(
+        "SELECT getSetting('max_block_size')", settings={"max_block_size": 1234}
+    )
     assert result.result_rows == [(1234,)]
-    with pytest.raises(DatabaseError, match="TOO_MANY_ROWS|158"):
-        admin_client.query("SELECT number FROM numbers(100)",
-                           settings={"max_result_rows": 10, "result_overflow_mode": "throw"})
+    with pytest.raises(DatabaseError, match=r"TOO_MANY_ROWS|158"):
+        admin_client.query(
+            "SELECT number FROM numbers(100)",
+            settings={"max_result_rows": 10, "result_overflow_mode": "throw"},
+        )
 
 
 def test_database_parameter(http: httpx.Client, admin_client: Client) -> None:
@@ -95,12 +100,19 @@ def test_database_parameter(http: httpx.Client, admin_client: Client) -> None:
     assert response.text == "0\n"  # the default database, not the previous request's
 
 
-def test_insert_statement_in_body_or_url(http: httpx.Client, admin_client: Client,
-                                         table: str) -> None:
+def test_insert_statement_in_body_or_url(
+    http: httpx.Client, admin_client: Client, table: str
+) -> None:
     line = "2026-01-01 00:00:00.000001\tbody\t1\t{}\n"
-    assert http.post("/", content=f"INSERT INTO {table} FORMAT TabSeparated\n{line}").status_code == 200
-    response = http.post("/", params={"query": f"INSERT INTO {table} FORMAT TabSeparated"},
-                         content=line.replace("body", "url"))
+    assert (
+        http.post("/", content=f"INSERT INTO {table} FORMAT TabSeparated\n{line}").status_code
+        == 200
+    )
+    response = http.post(
+        "/",
+        params={"query": f"INSERT INTO {table} FORMAT TabSeparated"},
+        content=line.replace("body", "url"),
+    )
     assert response.status_code == 200
     values = f"INSERT INTO {table} VALUES ('2026-01-01 00:00:00.000002', 'values', 2, {{}})"
     assert http.post("/", content=values).status_code == 200
@@ -108,17 +120,29 @@ def test_insert_statement_in_body_or_url(http: httpx.Client, admin_client: Clien
     assert names == [("body",), ("url",), ("values",)]
 
 
-@pytest.mark.parametrize("encoding,compress,decompress", [
-    ("gzip", gzip.compress, gzip.decompress),
-    ("lz4", lz4.frame.compress, lz4.frame.decompress),
-    ("zstd", zstandard.ZstdCompressor().compress,
-     lambda data: zstandard.ZstdDecompressor().decompressobj().decompress(data)),
-])
-def test_compressed_requests_and_responses(http: httpx.Client, encoding: str, compress,
-                                           decompress) -> None:
+@pytest.mark.parametrize(
+    "encoding,compress,decompress",
+    [
+        ("gzip", gzip.compress, gzip.decompress),
+        ("lz4", lz4.frame.compress, lz4.frame.decompress),
+        (
+            "zstd",
+            zstandard.ZstdCompressor().compress,
+            lambda data: zstandard.ZstdDecompressor().decompressobj().decompress(data),
+        ),
+    ],
+)
+def test_compressed_requests_and_responses(
+    http: httpx.Client, encoding: str, compress, decompress
+) -> None:
     body = compress(b"SELECT number FROM numbers(100000) FORMAT TSV")
-    with http.stream("POST", "/", params={"enable_http_compression": "1"}, content=body,
-                     headers={"Content-Encoding": encoding, "Accept-Encoding": encoding}) as r:
+    with http.stream(
+        "POST",
+        "/",
+        params={"enable_http_compression": "1"},
+        content=body,
+        headers={"Content-Encoding": encoding, "Accept-Encoding": encoding},
+    ) as r:
         assert r.status_code == 200
         assert r.headers["Content-Encoding"] == encoding
         raw = b"".join(r.iter_raw())
@@ -132,11 +156,16 @@ def test_clickhouse_connect_compression(clickhouse: StackSettings) -> None:
     import clickhouse_connect
 
     for compress in ("lz4", "gzip"):
-        client = clickhouse_connect.get_client(host=clickhouse.host, port=clickhouse.clickhouse_port,
-                                               username="jobscope", password=password,
-                                               compress=compress)
+        client = clickhouse_connect.get_client(
+            host=clickhouse.host,
+            port=clickhouse.clickhouse_port,
+            username="jobscope",
+            password=password,
+            compress=compress,
+        )
         assert client.query("SELECT sum(number) FROM numbers(1000000)").result_rows == [
-            (499999500000,)]
+            (499999500000,)
+        ]
 
 
 def test_block_compression_is_refused_clearly(http: httpx.Client) -> None:
@@ -165,8 +194,9 @@ def test_wrong_password_is_refused(clickhouse: StackSettings) -> None:
     assert response.status_code == 403
 
 
-def test_several_statements_are_refused(http: httpx.Client, table: str,
-                                        admin_client: Client) -> None:
+def test_several_statements_are_refused(
+    http: httpx.Client, table: str, admin_client: Client
+) -> None:
     response = http.post("/", content=f"SELECT 1; DROP TABLE {table}")
     assert response.status_code == 400 and "Multi-statements" in response.text
     assert admin_client.command(f"EXISTS TABLE {table}") == 1
@@ -191,14 +221,15 @@ def test_large_results_stream(clickhouse: StackSettings, http: httpx.Client) -> 
 
 
 def _rss_bytes(pid: int) -> int:
-    for line in open(f"/proc/{pid}/status"):
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     return 0
 
 
-def test_concurrent_requests_while_a_stream_is_open(http: httpx.Client,
-                                                    clickhouse: StackSettings) -> None:
+def test_concurrent_requests_while_a_stream_is_open(
+    http: httpx.Client, clickhouse: StackSettings
+) -> None:
     """Queries of other requests give correct results while one result is being streamed."""
     import clickhouse_connect
 
@@ -209,8 +240,11 @@ def test_concurrent_requests_while_a_stream_is_open(http: httpx.Client,
     def worker(n: int) -> None:
         try:
             client = clickhouse_connect.get_client(
-                host=clickhouse.host, port=clickhouse.clickhouse_port, username="jobscope",
-                password=password)
+                host=clickhouse.host,
+                port=clickhouse.clickhouse_port,
+                username="jobscope",
+                password=password,
+            )
             for i in range(20):
                 got = client.query(f"SELECT count() FROM numbers({n * 1000 + i})").result_rows
                 if got != [(n * 1000 + i,)]:
@@ -231,9 +265,12 @@ def test_concurrent_requests_while_a_stream_is_open(http: httpx.Client,
 
 
 def test_malformed_request_fails_alone(clickhouse: StackSettings, http: httpx.Client) -> None:
-    bad = httpx.post(clickhouse.clickhouse_url, content=b"\x1f\x8b not gzip at all",
-                     headers={"Content-Encoding": "gzip"},
-                     auth=http.auth)  # type: ignore[arg-type]
+    bad = httpx.post(
+        clickhouse.clickhouse_url,
+        content=b"\x1f\x8b not gzip at all",
+        headers={"Content-Encoding": "gzip"},
+        auth=http.auth,
+    )  # type: ignore[arg-type]
     assert bad.status_code == 400 and bad.headers["X-ClickHouse-Exception-Code"] == "271"
     assert http.post("/", content="SELECT 42").text == "42\n"
 

@@ -1,0 +1,143 @@
+"""GET /api/metrics and /health of the API process, against the real test stack."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import pytest
+from clickhouse_connect.driver.client import Client
+from fastapi.testclient import TestClient
+
+from api.config import ApiSettings
+from api.main import create_app
+
+
+@pytest.fixture(scope="module")
+def readings(admin_client: Client) -> tuple[str, datetime]:
+    """Two devices x two metrics x three readings written straight into `metrics`."""
+    prefix = f"api-{uuid.uuid4().hex[:8]}"
+    base = (datetime.now(UTC) - timedelta(hours=1)).replace(tzinfo=None, microsecond=123456)
+    rows = [
+        [base + timedelta(seconds=i), f"{prefix}-{d}", metric, i + d / 10, {"port": str(d)}]
+        for d in (1, 2)
+        for metric in ("power_watt", "temp_celsius")
+        for i in range(3)
+    ]
+    admin_client.insert(
+        "metrics", rows, column_names=["timestamp", "device_id", "metric_id", "value", "labels"]
+    )
+    return prefix, base
+
+
+def _get(api_url: str, **params: str) -> httpx.Response:
+    return httpx.get(f"{api_url}/api/metrics", params=params, timeout=30)
+
+
+def test_kwollect_shape(api_url: str, readings: tuple[str, datetime]) -> None:
+    prefix, base = readings
+    response = _get(
+        api_url,
+        devices=f"{prefix}-1",
+        metrics="power_watt",
+        start_time=(base - timedelta(minutes=1)).isoformat() + "Z",
+        end_time=(base + timedelta(minutes=1)).isoformat() + "+00:00",
+    )
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("application/json")
+    assert response.json() == [
+        {
+            "timestamp": (base + timedelta(seconds=i)).strftime("%Y-%m-%dT%H:%M:%S.%f+00:00"),
+            "device_id": f"{prefix}-1",
+            "metric_id": "power_watt",
+            "value": i + 0.1,
+            "labels": {"port": "1"},
+        }
+        for i in range(3)
+    ]
+
+
+def test_selection_by_devices_metrics_and_time(
+    api_url: str, readings: tuple[str, datetime]
+) -> None:
+    prefix, base = readings
+    window = {
+        "start_time": (base - timedelta(minutes=1)).isoformat(),
+        "end_time": (base + timedelta(minutes=1)).isoformat(),
+    }
+    both = _get(api_url, devices=f"{prefix}-1,{prefix}-2", **window).json()
+    assert len(both) == 12
+    assert [r["timestamp"] for r in both] == sorted(r["timestamp"] for r in both)
+    one_metric = _get(
+        api_url, devices=f"{prefix}-1, {prefix}-2", metrics="temp_celsius", **window
+    ).json()
+    assert {r["metric_id"] for r in one_metric} == {"temp_celsius"} and len(one_metric) == 6
+    # Unix seconds, and a window that holds only the second reading of each series
+    narrow = _get(
+        api_url,
+        devices=f"{prefix}-1",
+        start_time=str((base + timedelta(seconds=0.5)).replace(tzinfo=UTC).timestamp()),
+        end_time=(base + timedelta(seconds=1.5)).isoformat(),
+    ).json()
+    assert [r["value"] for r in narrow] == [1.1, 1.1]
+
+
+def test_default_window_is_recent(api_url: str, readings: tuple[str, datetime]) -> None:
+    prefix, _base = readings  # an hour old: outside the default 5-minute window
+    assert _get(api_url, devices=f"{prefix}-1").json() == []
+
+
+@pytest.mark.parametrize(
+    "params,parameter",
+    [
+        ({}, "devices"),
+        ({"devices": " , "}, "devices"),
+        ({"devices": "n", "start_time": "yesterday"}, "start_time"),
+        ({"devices": "n", "end_time": "2026-13-45T00:00"}, "end_time"),
+        ({"devices": "n", "start_time": "2026-01-02", "end_time": "2026-01-01"}, "start_time"),
+        ({"devices": "n", "metrics": ","}, "metrics"),
+    ],
+)
+def test_bad_parameters_are_named(api_url: str, params: dict[str, str], parameter: str) -> None:
+    response = _get(api_url, **params)
+    assert response.status_code == 400
+    body = response.json()
+    assert body["parameter"] == parameter and parameter in body["error"]
+
+
+def test_parameters_are_bound(api_url: str, readings: tuple[str, datetime]) -> None:
+    prefix, _ = readings
+    for hostile in ("x' OR '1'='1", "x') OR 1=1 --", "\\'; DROP TABLE metrics; --"):
+        response = _get(api_url, devices=hostile, start_time="2000-01-01")
+        assert response.status_code == 200 and response.json() == []
+    assert _get(api_url, devices=f"{prefix}-1", start_time="2000-01-01").json() != []
+
+
+def test_openapi_docs(api_url: str) -> None:
+    assert httpx.get(f"{api_url}/docs").status_code == 200
+    spec = httpx.get(f"{api_url}/openapi.json").json()
+    assert spec["paths"]["/api/metrics"]["get"]["operationId"] == "get_metrics"
+
+
+def test_health_ok(api_url: str) -> None:
+    body = httpx.get(f"{api_url}/health").json()
+    assert body["status"] == "ok" and body["kafka"]["ok"] and body["clickhouse"]["ok"]
+
+
+def test_health_degraded_when_nothing_answers() -> None:
+    """The real app, pointed at ports where nothing listens: it starts and says so."""
+    settings = ApiSettings(
+        clickhouse_port=1,
+        kafka_bootstrap="127.0.0.1:1",
+        clickhouse_reader_password="x",
+        health_timeout_s=0.5,
+    )
+    with TestClient(create_app(settings)) as client:
+        response = client.get("/health")
+        assert response.status_code == 503
+        body = response.json()
+        assert body["status"] == "degraded"
+        assert not body["kafka"]["ok"] and not body["clickhouse"]["ok"]
+        response = client.get("/api/metrics", params={"devices": "n"})
+        assert response.status_code == 503 and "ClickHouse" in response.json()["error"]

@@ -1,0 +1,106 @@
+"""`python -m stack up|down` (what `make up` / `make down` run): everything starts, serves,
+stops without leaving a process behind, and starts again on the same data."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+
+from stack import services
+from stack.config import REPO_ROOT, StackSettings
+from stack.processes import port_in_use, wait_until
+
+SHIFT = int(os.environ.get("JOBSCOPE_TEST_PORT_SHIFT", "0")) + 1000
+
+
+def run_stack(command: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "stack", command],
+        env=env,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+
+
+def alive(pid: int) -> bool:
+    """Running, as opposed to gone or a zombie waiting to be reaped by init."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state not in "ZX"
+
+
+def served(api_url: str, device: str) -> int:
+    start = (datetime.now(UTC) - timedelta(hours=1)).replace(tzinfo=None).isoformat()
+    response = httpx.get(
+        f"{api_url}/api/metrics", timeout=30, params={"devices": device, "start_time": start}
+    )
+    return len(response.json()) if response.status_code == 200 else 0
+
+
+def test_up_down_up(tmp_path: Path) -> None:
+    state = REPO_ROOT / "state" / f"test-stack-{SHIFT}"
+    settings = StackSettings(
+        state_dir=state,
+        kafka_port=19092 + SHIFT,
+        kafka_controller_port=19093 + SHIFT,
+        clickhouse_port=18123 + SHIFT,
+        api_port=18000 + SHIFT,
+    )
+    services.stop_all(settings)
+    shutil.rmtree(state, ignore_errors=True)
+    devices = tmp_path / "devices.yaml"
+    devices.write_text(
+        "- {name: up_value, device_id: up-1, url: 'tester://?metrics=3', update_every: 200}\n"
+    )
+    env = {
+        **os.environ,
+        "JOBSCOPE_STATE_DIR": str(state),
+        "JOBSCOPE_KAFKA_PORT": str(settings.kafka_port),
+        "JOBSCOPE_KAFKA_CONTROLLER_PORT": str(settings.kafka_controller_port),
+        "JOBSCOPE_KAFKA_HEAP": "512m",
+        "JOBSCOPE_CLICKHOUSE_PORT": str(settings.clickhouse_port),
+        "JOBSCOPE_API_PORT": str(settings.api_port),
+        "JOBSCOPE_DEVICES_FILE": str(devices),
+    }
+    ports = (
+        settings.kafka_port,
+        settings.kafka_controller_port,
+        settings.clickhouse_port,
+        settings.api_port,
+    )
+    try:
+        up = run_stack("up", env)
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert settings.api_url in up.stdout and "log:" in up.stdout
+        wait_until(lambda: served(settings.api_url, "up-1") >= 30, 60, "readings of up-1")
+        pids = {name: services.process(settings, name).pid() for name in services.STOP_ORDER}
+        assert all(pids.values()), pids
+
+        down = run_stack("down", env)
+        assert down.returncode == 0, down.stdout + down.stderr
+        for name, pid in pids.items():
+            assert not alive(pid), f"{name} (pid {pid}) still running"
+        assert not any(port_in_use(settings.host, p) for p in ports)
+        status = run_stack("status", env)
+        assert status.returncode == 3 and "stopped" in status.stdout
+
+        up = run_stack("up", env)
+        assert up.returncode == 0, up.stdout + up.stderr
+        # the readings of the first run are still there, and new ones arrive
+        before = served(settings.api_url, "up-1")
+        wait_until(lambda: served(settings.api_url, "up-1") > before, 30, "new readings")
+        served_count = served(settings.api_url, "up-1")
+        assert served_count > before >= 30
+    finally:
+        run_stack("down", env)
+    assert not any(port_in_use(settings.host, p) for p in ports)
