@@ -140,8 +140,26 @@ def jsoneachrow_lines(data: Dataset, part: int = 0, parts: int = 1) -> Iterator[
         )
 
 
+def csv_lines(data: Dataset, part: int = 0, parts: int = 1) -> Iterator[pa.Array]:
+    """The same readings as ClickHouse CSV rows: timestamp,device_id,metric_id,value,{}."""
+    devices = _names([f",{d}," for d in data.devices])
+    metrics = _names([f"{m}," for m in data.metrics])
+    for b in _poll_batches(data, part, parts):
+        yield pc.binary_join_element_wise(
+            b.stamps("%Y-%m-%d %H:%M:%S"),
+            devices.take(b.dev),
+            metrics.take(b.met),
+            pc.cast(b.value, pa.string()),
+            ",{}\n",
+            "",
+        )
+
+
+LINE_FORMATS = {"JSONEachRow": jsoneachrow_lines, "CSV": csv_lines}
+
+
 class KafkaMessages:
-    """The JSONEachRow lines of one part of a data set in one file, and where each line and
+    """The lines (one per reading) of one part of a data set in one file, and where each line and
     each poll starts: messages are slices of whole lines of one poll (one device)."""
 
     def __init__(
@@ -166,19 +184,21 @@ class KafkaMessages:
             )
 
 
-def kafka_messages(data: Dataset, part: int = 0, parts: int = 1) -> KafkaMessages:
-    """The readings of `part` as jobscope's producers put them on the readings topic
-    (producers/message.py `pack`: one JSON object per line), cached on disk."""
-    stem = data.folder / f"jsoneachrow-{part}-of-{parts}"
-    body, index, devices = (stem.with_suffix(s) for s in (".jsonl", ".lines.npy", ".polls.npy"))
-    if not devices.exists():
+def kafka_messages(
+    data: Dataset, part: int = 0, parts: int = 1, fmt: str = "JSONEachRow"
+) -> KafkaMessages:
+    """The readings of `part`, one line each in `fmt` (JSONEachRow: as jobscope's producers
+    put them on the readings topic with producers/message.py `pack`), cached on disk."""
+    stem = data.folder / f"{fmt.lower()}-{part}-of-{parts}"
+    body, index, devices = (stem.with_suffix(s) for s in (".txt", ".lines.npy", ".polls.npy"))
+    if not all(p.exists() for p in (body, index, devices)):
         starts: list[np.ndarray] = []
         polls: list[np.ndarray] = []
         position = 0
         tmp = body.with_name(body.name + ".tmp")
         with open(tmp, "wb") as out:
             for batch, lines in zip(
-                _poll_batches(data, part, parts), jsoneachrow_lines(data, part, parts), strict=True
+                _poll_batches(data, part, parts), LINE_FORMATS[fmt](data, part, parts), strict=True
             ):
                 offsets = np.frombuffer(lines.buffers()[1], np.int32)[
                     lines.offset : lines.offset + len(lines) + 1

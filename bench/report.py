@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from bench.profiles import KEY_SELECTION
+
 OURS = "jobscope"
 PEERS = ("peer_victoriametrics", "peer_postgres")
 HIGHER_IS_BETTER = {"ingest_readings_per_s"}
@@ -18,6 +20,8 @@ ROWS = [
     ("query 100 devices x 10 min, s", "query_100dev_10min_s", "{:.3f}"),
 ]
 
+QUERY_KEYS = {KEY_SELECTION: "query_100dev_10min_s"}  # query shapes that have a row of their own
+
 NOTES = [
     "VictoriaMetrics keeps millisecond timestamps (the data has microseconds; jobscope and "
     "PostgreSQL keep them): its expected counts are computed on truncated timestamps.",
@@ -26,7 +30,8 @@ NOTES = [
     "instead of 2-hour hypertable chunks, no chunk compression.",
     "Queries fetch every value of the selection completely in the client: VictoriaMetrics "
     "/api/v1/export (JSON lines), PostgreSQL COPY (SELECT ...) TO STDOUT, jobscope through "
-    "clickhouse-connect with bound parameters. Median of the runs.",
+    "clickhouse-connect with bound parameters. Median of the runs. Every system is "
+    "compacted first (VictoriaMetrics force_merge, jobscope OPTIMIZE FINAL, PostgreSQL VACUUM).",
     "Ratios compare jobscope with a peer measured in the same run on the same data; > 1 means "
     "jobscope is better (faster, smaller or higher throughput).",
 ]
@@ -91,14 +96,12 @@ def markdown(systems: dict[str, dict[str, Any]], results: dict[str, Any]) -> str
     if OURS in systems:
         head += [f"jobscope vs {systems[p]['label']}" for p in peers]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    query_rows = (
-        [
-            (f"query {sel.replace(',', ', ')}, s", sel)
-            for sel in systems.get(names[0], {}).get("queries", {})
-        ]
-        if names
-        else []
-    )
+    key_rows = {key for _, key, _ in ROWS}
+    query_rows = [
+        (f"query {sel.replace(',', ', ')}, s", sel)
+        for sel in (systems[names[0]].get("queries", {}) if names else {})
+        if QUERY_KEYS.get(sel) not in key_rows
+    ]
 
     def row(title: str, get: Any, fmt: str, key: str) -> None:
         cells = [title] + [_fmt(get(systems[n]), fmt) for n in names]
@@ -165,6 +168,13 @@ def jobscope_rows(js: dict[str, Any]) -> list[tuple[str, str]]:
                 f"{v['readings_per_s']:,.0f} ({v['readings']:,} readings)",
             )
         )
+    for fmt, v in js.get("format_variants", {}).items():
+        rows.append(
+            (
+                f"jobscope: drain, {fmt} through a bare Kafka table, readings/s",
+                f"{v['readings_per_s']:,.0f} ({v['readings']:,} readings)",
+            )
+        )
     return rows
 
 
@@ -183,17 +193,21 @@ def plots(systems: dict[str, dict[str, Any]], folder: Path, range_minutes: float
     names = [n for n in (OURS, *PEERS) if n in systems]
     written = []
 
-    def line_plot(filename: str, title: str, xlabel: str, prefix: str, x_of: Any) -> None:
+    def line_plot(
+        filename: str, title: str, xlabel: str, keep: Any, x_of: Any, log_x: bool = False
+    ) -> None:
         fig, ax = plt.subplots(figsize=(6, 4))
         for n in names:
             points = sorted(
                 (x_of(sel), q["seconds"])
                 for sel, q in systems[n].get("queries", {}).items()
-                if sel.startswith(prefix)
+                if keep(sel)
             )
             if points:
                 xs, ys = zip(*points, strict=True)
                 ax.plot(xs, ys, marker="o", label=systems[n]["label"])
+        if log_x:
+            ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_title(title)
         ax.set_xlabel(xlabel)
@@ -208,15 +222,16 @@ def plots(systems: dict[str, dict[str, Any]], folder: Path, range_minutes: float
     line_plot(
         "query_vs_devices.png",
         "Every metric of N devices, 10-minute window",
-        "devices",
-        "devices=",
+        "devices (log)",
+        lambda sel: sel.endswith(",window=10min"),
         lambda sel: int(sel.split(",")[0].split("=")[1]),
+        log_x=True,
     )
     line_plot(
         "query_vs_window.png",
         "Every metric of 10 devices, window length",
         "window (minutes)",
-        "devices=10,",
+        lambda sel: sel.startswith("devices=10,"),
         _window_minutes(range_minutes),
     )
 

@@ -51,9 +51,8 @@ class ManagedProcess:
             return None
         except PermissionError:
             return pid
-        stat = Path(f"/proc/{pid}/stat")
-        if stat.exists() and stat.read_text().split(") ")[-1].startswith("Z"):
-            return None  # a zombie of ours that nobody reaped yet
+        if _is_reaped_or_zombie(pid):
+            return None  # exited; only waiting for its parent (or init) to reap it
         return pid
 
     def is_running(self) -> bool:
@@ -108,6 +107,17 @@ class ManagedProcess:
     def kill(self) -> None:
         """kill -9, as a crash would: for fault-injection tests."""
         self.stop(timeout=0.0, sig=signal.SIGKILL)
+
+
+def _is_reaped_or_zombie(pid: int) -> bool:
+    """A zombie leader counts as gone only once its other threads are gone too: they may
+    still hold its sockets while a multi-threaded process is torn down."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0]
+        threads = len(os.listdir(f"/proc/{pid}/task"))
+    except (FileNotFoundError, IndexError, ProcessLookupError):
+        return True
+    return state in "ZX" and threads <= 1
 
 
 def _signal_group(pid: int, sig: int) -> None:

@@ -17,7 +17,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import mmap
+import re
 import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -36,7 +38,7 @@ from bench import payloads
 from bench.dataset import Dataset
 from bench.profiles import US
 from bench.systems.base import Ingest, Selection, System, free_port, wait_for
-from clickhouse.migrate import MigrationSettings, apply_migrations
+from clickhouse.migrate import MIGRATIONS_DIR, MigrationSettings, apply_migrations
 from producers.config import ProducerSettings
 from producers.message import format_timestamp, unpack
 from producers.publisher import producer_config
@@ -58,6 +60,7 @@ VARIANT_READINGS = {True: 200_000, False: 2_400_000}  # readings per drain varia
 API_LIMIT_S = {True: 20.0, False: 300.0}  # the API fetch is abandoned after this
 FRESHNESS_S = {True: 15, False: 60}  # length of the steady-load phase
 
+CONSUMER_VIEW = re.compile(r"CREATE MATERIALIZED VIEW.*\bFROM\s+readings_queue\b", re.S | re.I)
 READINGS_SQL = (
     "SELECT timestamp, device_id, metric_id, value, labels FROM metrics "
     "WHERE device_id IN {devices:Array(String)} "
@@ -212,15 +215,11 @@ class Jobscope(System):
         return name
 
     def _drain(
-        self,
-        data: Dataset,
-        per_message: int = 100,
-        limit: int | None = None,
-        keep: Callable[[str], None] | None = None,
-    ) -> tuple[int, float]:
+        self, data: Dataset, per_message: int = 100, limit: int | None = None
+    ) -> tuple[str, int, float]:
         """Fill a new topic, then create the whole schema in a new database that reads it;
-        return (readings, seconds from creating the schema until all are queryable). The
-        database is dropped afterwards, after `keep(database)` has looked at it."""
+        return (database, readings, seconds from creating the view that starts the Kafka
+        consumer until every reading is queryable)."""
         assert self.admin is not None
         topic = self._fresh_topic("bench-drain")
         database = topic.replace("-", "_")
@@ -240,8 +239,12 @@ class Jobscope(System):
         )
         client = self._client("jobscope", "JOBSCOPE_CLICKHOUSE_ADMIN_PASSWORD", database)
         try:
+            with tempfile.TemporaryDirectory() as before_consumer:
+                for path in _migrations_before_consumer():
+                    shutil.copy(path, before_consumer)
+                apply_migrations(client, migration, Path(before_consumer))
             start = time.monotonic()
-            apply_migrations(client, migration)
+            apply_migrations(client, migration)  # creates the view that starts the consumer
             wait_for(
                 lambda: self._count(database) >= readings,
                 TIMEOUT,
@@ -249,12 +252,36 @@ class Jobscope(System):
                 interval=0.05,
             )
             seconds = time.monotonic() - start
-            if keep is not None:
-                keep(database)
         finally:
             client.close()
-            self.admin.command(f"DROP DATABASE IF EXISTS {database} SYNC")
-        return readings, seconds
+        # The database stays: dropping a Kafka table hangs the embedded engine (the local
+        # server refuses it), so its idle consumer lives until the server stops.
+        return database, readings, seconds
+
+    def _drain_format(self, data: Dataset, fmt: str, limit: int) -> tuple[int, float]:
+        """Drain `limit` readings in format `fmt` (100 per message) through a bare pipeline:
+        Kafka table (no error stream) -> view -> a table like `metrics`. Compares formats
+        with each other, not with the production pipeline."""
+        assert self.admin is not None
+        topic = self._fresh_topic(f"bench-{fmt.lower()}")
+        db = topic.replace("-", "_")
+        parts = [payloads.kafka_messages(data, p, PRODUCERS, fmt) for p in range(PRODUCERS)]
+        readings = self._produce(topic, parts, data, 100, limit // PRODUCERS) * 100
+        self.admin.command(f"CREATE DATABASE {db}")
+        self.admin.command(f"CREATE TABLE {db}.metrics AS default.metrics")
+        self.admin.command(
+            f"CREATE TABLE {db}.queue (timestamp DateTime64(6, 'UTC'), device_id String, "
+            "metric_id String, value Float64, labels Map(String, String)) ENGINE = Kafka "
+            f"SETTINGS kafka_broker_list = '{self.settings.kafka_bootstrap}', "
+            f"kafka_topic_list = '{topic}', kafka_group_name = '{db}', "
+            f"kafka_format = '{fmt}', kafka_flush_interval_ms = 500"
+        )
+        start = time.monotonic()
+        self.admin.command(
+            f"CREATE MATERIALIZED VIEW {db}.queue_mv TO {db}.metrics AS SELECT * FROM {db}.queue"
+        )
+        wait_for(lambda: self._count(db) >= readings, TIMEOUT, f"the drain of {topic}", 0.05)
+        return readings, time.monotonic() - start
 
     # -- storage ---------------------------------------------------------------------------
 
@@ -273,11 +300,10 @@ class Jobscope(System):
         return self._bytes("default")
 
     def storage_bytes_of(self, data: Dataset) -> int:
-        size: list[int] = []
-        readings, _ = self._drain(data, keep=lambda database: size.append(self._bytes(database)))
+        database, readings, _ = self._drain(data)
         if readings != data.spec.readings:
             raise RuntimeError(f"{readings} of {data.spec.readings} readings produced")
-        return size[0]
+        return self._bytes(database)
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -328,13 +354,13 @@ class Jobscope(System):
 
     def _drain_figures(self, data: Dataset, quick: bool) -> dict[str, Any]:
         """The drain of the whole data set, then of a part of it by readings per message."""
-        readings, seconds = self._drain(data)
+        _, readings, seconds = self._drain(data)
         variants = {}
         for per_message in (100, 10, 1):
             n, s = (
                 (readings, seconds)
                 if per_message == 100
-                else self._drain(data, per_message, limit=VARIANT_READINGS[quick])
+                else self._drain(data, per_message, limit=VARIANT_READINGS[quick])[1:]
             )
             variants[f"jsoneachrow_{per_message}_per_message"] = {
                 "readings": n,
@@ -342,7 +368,13 @@ class Jobscope(System):
                 "readings_per_s": n / s,
             }
             log.info("jobscope: %d readings/message: %.0f readings/s", per_message, n / s)
+        formats = {}
+        for fmt in payloads.LINE_FORMATS:
+            n, s = self._drain_format(data, fmt, VARIANT_READINGS[quick])
+            formats[fmt] = {"readings": n, "seconds": s, "readings_per_s": n / s}
+            log.info("jobscope: %s through a bare Kafka table: %.0f readings/s", fmt, n / s)
         return {
+            "format_variants": formats,
             "ingest_drain_readings_per_s": readings / seconds,
             "ingest_drain_seconds": seconds,
             "drain_variants": variants,
@@ -489,6 +521,16 @@ def _produce_one(
             return
         except BufferError:
             producer.poll(0.05)
+
+
+def _migrations_before_consumer() -> list[Path]:
+    """The migrations up to, not including, the first view that reads the Kafka table (its
+    creation starts the consumer)."""
+    files = sorted(MIGRATIONS_DIR.glob("*.sql"))
+    for i, path in enumerate(files):
+        if CONSUMER_VIEW.search(path.read_text()):
+            return files[:i]
+    return []
 
 
 def _check_format(part: payloads.KafkaMessages, data: Dataset) -> None:
