@@ -1,0 +1,1 @@
+"""Benchmarks of jobscope beside its peers (VictoriaMetrics, PostgreSQL): `python -m bench`."""

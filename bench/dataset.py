@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -157,6 +157,14 @@ class Dataset:
         to `unit_us` first (1000 for a system that keeps milliseconds)."""
         ts = self.poll_us[:, devices] // unit_us * unit_us
         return int(((ts >= start_us) & (ts < end_us)).sum()) * self.spec.metrics
+
+    def head(self, seconds: int) -> Dataset:
+        """The first `seconds` of the data (whole polls), with a cache folder of its own."""
+        ticks = min(self.spec.ticks, -(-seconds // self.spec.period_s))
+        spec = replace(self.spec, duration_s=ticks * self.spec.period_s)
+        folder = self.folder / f"head-{spec.duration_s}s"
+        folder.mkdir(exist_ok=True)
+        return Dataset(spec, folder, self.poll_us[:ticks], self.values[:ticks])
 
     def poll_order(self) -> np.ndarray:
         """(tick, device) pairs in the order the polls happen: by timestamp."""

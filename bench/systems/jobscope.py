@@ -2,14 +2,15 @@
 the stack's own functions (stack/services.py), fed through Kafka as the producers feed it.
 
 Measured here, beyond the common figures:
-- `ingest_readings_per_s` (end to end): from the first message produced until every reading
-  is queryable in `metrics`, through the production Kafka engine table and views.
+- ingest end to end (`ingest_e2e_readings_per_s` in the results): from the first message
+  produced until every reading is queryable in `metrics`, through the production Kafka engine
+  table and views.
 - `ingest_drain_readings_per_s`: the Kafka engine draining a topic filled beforehand, into a
-  fresh database holding the same schema (its consumer starts when its views are created).
+  fresh database holding the same schema (timed from creating the view that starts it).
 - `freshness_p50_s` / `freshness_p99_s`: under the fleet's steady load (replayed in real time
   with current timestamps), how long a reading takes from produce to queryable.
 - `api_1m_readings_s`: about a million readings fetched completely through the REST API.
-- `drain_variants`: drain rate by readings per message (JSONEachRow, as the producers send).
+- `drain_variants` (readings per message) and `format_variants` (JSONEachRow, CSV).
 """
 
 from __future__ import annotations
@@ -56,9 +57,9 @@ PROBE_DEVICE = "bench-probe"
 PROBE_INTERVAL_S = 0.1
 CHECK_INTERVAL_S = 0.05
 # Keyed by quick (True) or full run (False):
-VARIANT_READINGS = {True: 200_000, False: 2_400_000}  # readings per drain variant
-API_LIMIT_S = {True: 20.0, False: 300.0}  # the API fetch is abandoned after this
-FRESHNESS_S = {True: 15, False: 60}  # length of the steady-load phase
+VARIANT_SECONDS = {True: 50, False: 120}  # data drained per variant: 200,000 / 2.4 M readings
+API_LIMIT_S = {True: 10.0, False: 300.0}  # the API fetch is abandoned after this
+FRESHNESS_S = {True: 12, False: 60}  # length of the steady-load phase
 
 CONSUMER_VIEW = re.compile(r"CREATE MATERIALIZED VIEW.*\bFROM\s+readings_queue\b", re.S | re.I)
 READINGS_SQL = (
@@ -159,10 +160,9 @@ class Jobscope(System):
         parts: list[payloads.KafkaMessages],
         data: Dataset,
         per_message: int,
-        limit: int | None = None,
     ) -> int:
         """Send every message of `parts` (one thread and one client per part); return the
-        number of messages acknowledged. `limit` caps the readings sent per part."""
+        number of messages acknowledged."""
         errors: list[BaseException] = []
         sent = [0] * len(parts)
         names = [n.encode() for n in data.devices]
@@ -176,7 +176,6 @@ class Jobscope(System):
                     if err is not None:
                         failures.append(err)
 
-                most = None if limit is None else limit // per_message
                 with (
                     open(part.body, "rb") as f,
                     mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as body,
@@ -184,8 +183,6 @@ class Jobscope(System):
                     for dev, a, b in part.slices(per_message):
                         _produce_one(producer, topic, body[a:b], names[dev], on_delivery)
                         sent[i] += 1
-                        if most is not None and sent[i] >= most:
-                            break
                 if producer.flush(TIMEOUT) or failures:
                     raise RuntimeError(f"Kafka delivery failed: {failures[:3]}")
             except BaseException as exc:  # reported by the calling thread
@@ -214,9 +211,7 @@ class Jobscope(System):
         topics.ensure_topics(self.settings.kafka_bootstrap, (spec,))
         return name
 
-    def _drain(
-        self, data: Dataset, per_message: int = 100, limit: int | None = None
-    ) -> tuple[str, int, float]:
+    def _drain(self, data: Dataset, per_message: int = 100) -> tuple[str, int, float]:
         """Fill a new topic, then create the whole schema in a new database that reads it;
         return (database, readings, seconds from creating the view that starts the Kafka
         consumer until every reading is queryable)."""
@@ -224,8 +219,7 @@ class Jobscope(System):
         topic = self._fresh_topic("bench-drain")
         database = topic.replace("-", "_")
         parts = [payloads.kafka_messages(data, p, PRODUCERS) for p in range(PRODUCERS)]
-        per_part = None if limit is None else limit // PRODUCERS
-        readings = self._produce(topic, parts, data, per_message, per_part) * per_message
+        readings = self._produce(topic, parts, data, per_message) * per_message
         self.admin.command(f"CREATE DATABASE IF NOT EXISTS {database}")
         migration = MigrationSettings(
             clickhouse_host=self.settings.host,
@@ -258,15 +252,15 @@ class Jobscope(System):
         # server refuses it), so its idle consumer lives until the server stops.
         return database, readings, seconds
 
-    def _drain_format(self, data: Dataset, fmt: str, limit: int) -> tuple[int, float]:
-        """Drain `limit` readings in format `fmt` (100 per message) through a bare pipeline:
+    def _drain_format(self, data: Dataset, fmt: str) -> tuple[int, float]:
+        """Drain `data` in format `fmt` (100 readings per message) through a bare pipeline:
         Kafka table (no error stream) -> view -> a table like `metrics`. Compares formats
         with each other, not with the production pipeline."""
         assert self.admin is not None
         topic = self._fresh_topic(f"bench-{fmt.lower()}")
         db = topic.replace("-", "_")
         parts = [payloads.kafka_messages(data, p, PRODUCERS, fmt) for p in range(PRODUCERS)]
-        readings = self._produce(topic, parts, data, 100, limit // PRODUCERS) * 100
+        readings = self._produce(topic, parts, data, 100) * 100
         self.admin.command(f"CREATE DATABASE {db}")
         self.admin.command(f"CREATE TABLE {db}.metrics AS default.metrics")
         self.admin.command(
@@ -353,15 +347,13 @@ class Jobscope(System):
         return out
 
     def _drain_figures(self, data: Dataset, quick: bool) -> dict[str, Any]:
-        """The drain of the whole data set, then of a part of it by readings per message."""
+        """The drain of the whole data set, then of its first minute(s) by readings per
+        message and by format."""
         _, readings, seconds = self._drain(data)
+        part = data.head(VARIANT_SECONDS[quick])
         variants = {}
         for per_message in (100, 10, 1):
-            n, s = (
-                (readings, seconds)
-                if per_message == 100
-                else self._drain(data, per_message, limit=VARIANT_READINGS[quick])[1:]
-            )
+            n, s = (readings, seconds) if per_message == 100 else self._drain(part, per_message)[1:]
             variants[f"jsoneachrow_{per_message}_per_message"] = {
                 "readings": n,
                 "seconds": s,
@@ -370,7 +362,7 @@ class Jobscope(System):
             log.info("jobscope: %d readings/message: %.0f readings/s", per_message, n / s)
         formats = {}
         for fmt in payloads.LINE_FORMATS:
-            n, s = self._drain_format(data, fmt, VARIANT_READINGS[quick])
+            n, s = self._drain_format(part, fmt)
             formats[fmt] = {"readings": n, "seconds": s, "readings_per_s": n / s}
             log.info("jobscope: %s through a bare Kafka table: %.0f readings/s", fmt, n / s)
         return {
@@ -423,6 +415,7 @@ class Jobscope(System):
         sent_at: dict[int, float] = {}  # probe timestamp (us) -> wall time it was produced
         seen: dict[int, float] = {}
         errors: list[BaseException] = []
+        data = data.head(duration + data.spec.period_s)
         part = payloads.kafka_messages(data, 0, 1)
         names = [n.encode() for n in data.devices]
         topic = topics.READINGS.name

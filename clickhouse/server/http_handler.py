@@ -147,10 +147,10 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
                     )
             self._execute(user, params, body, query_id, is_get)
         except ClickHouseError as exc:
-            self._fail(exc, params, query_id)
+            self._fail(exc, query_id)
         except Exception as exc:
             log.exception("internal error in query %s", query_id)
-            self._fail(ClickHouseError(1001, f"{type(exc).__name__}: {exc}"), params, query_id)
+            self._fail(ClickHouseError(1001, f"{type(exc).__name__}: {exc}"), query_id)
         finally:
             if body is not None and not self.close_connection:
                 try:
@@ -314,7 +314,7 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
             if close:
                 close()
 
-    def _fail(self, exc: ClickHouseError, params: dict[str, str], query_id: str) -> None:
+    def _fail(self, exc: ClickHouseError, query_id: str) -> None:
         log.warning("query %s failed: code %s: %s", query_id, exc.code, exc.message)
         body = exc.body()
         try:
