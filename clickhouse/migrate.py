@@ -41,7 +41,13 @@ class MigrationSettings(BaseSettings):
     kafka_flush_interval_ms: int = Field(
         500, ge=10, description="max wait before a block is written"
     )
-    retention_days: int = Field(90, ge=1)
+    retention_days: int = Field(
+        90,
+        ge=1,
+        le=20000,
+        # Bounded: past the year 2106 the TTL date wraps around and every row would expire.
+        description="TTL of raw readings in days",
+    )
 
     def placeholders(self) -> dict[str, str]:
         return {

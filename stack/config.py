@@ -26,7 +26,13 @@ class StackSettings(BaseSettings):
         REPO_ROOT / "producers" / "config" / "demo.yaml",
         description="device configuration the demo producer polls",
     )
-    retention_days: int = Field(90, ge=1, description="TTL of raw readings")
+    retention_days: int = Field(
+        90,
+        ge=1,
+        le=20000,
+        # Bounded: past the year 2106 the TTL date wraps around and every row would expire.
+        description="TTL of raw readings in days",
+    )
 
     @property
     def kafka_bootstrap(self) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Annotated
+from typing import IO, Annotated
 
 from fastapi import APIRouter, Query
 from fastapi.responses import StreamingResponse
@@ -52,17 +52,29 @@ def _is_number(value: str) -> bool:
     return True
 
 
-def json_array(rows: Iterator[bytes]) -> Iterator[bytes]:
+BLOCK_SIZE = 1 << 18
+
+
+def json_array(chunks: Iterator[bytes]) -> Iterator[bytes]:
     """JSONEachRow -> JSON array. Newlines inside JSON strings are escaped, so each raw
     newline ends a row; the last separator is held back so it can close the array."""
     yield b"["
     carry = b""
-    for chunk in rows:
+    for chunk in chunks:
         data = carry + chunk.replace(b"\n", b",\n")
         carry, out = data[-2:], data[:-2]
         if out:
             yield out
     yield (b"\n" if carry == b",\n" else carry) + b"]\n"
+
+
+def blocks(stream: IO[bytes], size: int = BLOCK_SIZE) -> Iterator[bytes]:
+    """Read a response in large blocks: iterating it would yield one row (line) at a time."""
+    try:
+        while block := stream.read(size):
+            yield block
+    finally:
+        stream.close()
 
 
 @router.get(
@@ -102,4 +114,4 @@ def get_metrics(
     )
     sql, params = readings_query(selection)
     stream = clickhouse.raw_stream(sql, parameters=params, fmt="JSONEachRow")
-    return StreamingResponse(json_array(iter(stream)), media_type="application/json")
+    return StreamingResponse(json_array(blocks(stream)), media_type="application/json")

@@ -221,9 +221,12 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
                 )
                 sql = statements.output_query(canonical, default_format, query_settings)
                 fmt = statements.output_format(sql) or default_format
-                if kind in statements.STREAMING_KINDS:
+                if (
+                    kind in statements.STREAMING_KINDS
+                    and fmt.lower() in statements.STREAMABLE_FORMATS
+                ):
                     chunks = conn.stream(sql, query_params, fmt)
-                else:  # chdb streams only SELECTs; these results are small
+                else:  # chdb streams only SELECTs, and only these formats chunk by chunk
                     chunks = iter([conn.run(sql, query_params, fmt)])
                 first = next(chunks, b"")  # errors found before the first row get a proper status
                 encoding = (

@@ -24,6 +24,29 @@ from clickhouse.server.errors import (
 
 OUTPUT_KINDS = frozenset({"SELECT", "WITH", "SHOW", "DESCRIBE", "DESC", "EXISTS", "EXPLAIN"})
 STREAMING_KINDS = frozenset({"SELECT", "WITH"})
+# Output formats whose chunks can be concatenated (row streams and Native blocks). Others
+# (Arrow, Parquet, JSON with its header and totals, ...) are produced whole: chdb would emit
+# one complete file or document per chunk.
+STREAMABLE_FORMATS = frozenset(
+    f.lower()
+    for f in (
+        "Native",
+        "RowBinary",
+        "TabSeparated",
+        "TSV",
+        "TabSeparatedRaw",
+        "TSVRaw",
+        "CSV",
+        "JSONEachRow",
+        "JSONLines",
+        "NDJSON",
+        "JSONCompactEachRow",
+        "JSONStringsEachRow",
+        "Values",
+        "LineAsString",
+        "Null",
+    )
+)
 SESSION_KINDS = frozenset({"SET", "USE"})
 DEFAULT_FORMAT = "TabSeparated"
 

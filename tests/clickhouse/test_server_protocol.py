@@ -279,3 +279,26 @@ def test_get_is_read_only(http: httpx.Client, table: str) -> None:
     assert http.get("/", params={"query": "SELECT 1"}).text == "1\n"
     response = http.get("/", params={"query": f"DROP TABLE {table}"})
     assert response.status_code == 403 and response.headers["X-ClickHouse-Exception-Code"] == "164"
+
+
+@pytest.mark.parametrize("fmt", ["Arrow", "Parquet", "JSON", "CSVWithNames"])
+def test_whole_file_formats_stay_whole(admin_client: Client, fmt: str) -> None:
+    """Formats with a header or footer come out as one document, even when large."""
+    query = "SELECT number, toString(number) AS s FROM numbers(3000000)"
+    if fmt == "Arrow":
+        assert admin_client.query_arrow(query).num_rows == 3000000
+    elif fmt == "JSON":
+        import json
+
+        doc = json.loads(admin_client.raw_query(query, fmt="JSON"))
+        assert doc["rows"] == 3000000 and doc["data"][-1] == {"number": 2999999, "s": "2999999"}
+    else:
+        raw = admin_client.raw_query(query, fmt=fmt)
+        if fmt == "CSVWithNames":
+            assert raw.count(b'"number","s"') == 1 and raw.count(b"\n") == 3000001
+        else:
+            import io
+
+            import pyarrow.parquet as pq
+
+            assert pq.read_table(io.BytesIO(raw)).num_rows == 3000000
