@@ -37,7 +37,7 @@ class MigrationSettings(BaseSettings):
     kafka_bootstrap: str = "127.0.0.1:9092"
     readings_topic: str = "readings"
     consumer_group: str = "jobscope-clickhouse"
-    kafka_consumers: int = Field(1, ge=1, description="Kafka engine consumers (<= partitions)")
+    kafka_consumers: int = Field(2, ge=1, description="Kafka engine consumers (<= partitions)")
     kafka_flush_interval_ms: int = Field(
         500, ge=10, description="max wait before a block is written"
     )

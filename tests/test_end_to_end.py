@@ -3,7 +3,9 @@ block them; the real producer process polls, publishes and is served end to end.
 
 from __future__ import annotations
 
+import math
 import random
+import struct
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -51,11 +53,8 @@ def test_known_readings_come_back_exactly_once(
     sent: list[Reading] = []
     producer = Producer({"bootstrap.servers": kafka, "enable.idempotence": True, "acks": "all"})
     poison = f"not json, key {run}".encode()
-    bad_value = (
-        b'{"timestamp":"2026-11-21 10:00:00.000001","device_id":"'
-        + devices[0].encode()
-        + b'","metric_id":"m","value":"abc","labels":{}}\n'
-    )
+    one = pack([Reading(start_us, devices[0], "m", 1.0, {})]).payload
+    not_finite = one.replace(struct.pack("<d", 1.0), struct.pack("<d", math.nan))
     for tick in range(40):
         ts = start_us + tick * 5_000_000 + rng.randrange(1_000_000)  # microseconds matter
         for device in devices:
@@ -73,7 +72,7 @@ def test_known_readings_come_back_exactly_once(
             producer.produce("readings", pack(readings).payload, key=device)
         if tick == 20:  # poison in the middle of the stream, on the same partitions
             producer.produce("readings", poison, key=devices[0])
-            producer.produce("readings", bad_value, key=devices[1])
+            producer.produce("readings", not_finite, key=devices[1])
     assert producer.flush(30) == 0
 
     window = (
@@ -105,7 +104,7 @@ def test_known_readings_come_back_exactly_once(
 
     errors = admin_client.query(
         "SELECT raw_message, error FROM ingest_errors WHERE raw_message = {p:String} "
-        "OR (position(raw_message, {d:String}) > 0 AND error = 'value is not a number: abc')",
+        "OR (position(raw_message, {d:String}) > 0 AND error = 'value is not finite')",
         parameters={"p": poison.decode(), "d": devices[0]},
     ).result_rows
     assert len(errors) == 2, errors
