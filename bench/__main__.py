@@ -68,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         datefmt="%H:%M:%S",
         stream=sys.stderr,
     )
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
     args = parse_args(sys.argv[1:] if argv is None else argv)
     chosen = [s.strip() for s in args.systems.split(",") if s.strip()]
     unknown = set(chosen) - set(SYSTEMS)

@@ -131,6 +131,11 @@ class DatasetSpec:
         )
 
 
+def utc(epoch_us: int) -> datetime:
+    """Microseconds since the epoch as an aware UTC datetime (exact, no float rounding)."""
+    return datetime.fromtimestamp(epoch_us // US, UTC).replace(microsecond=epoch_us % US)
+
+
 def device_names(n: int) -> list[str]:
     return [f"node-{i:04d}" for i in range(1, n + 1)]
 

@@ -150,7 +150,8 @@ def jobscope_rows(js: dict[str, Any]) -> list[tuple[str, str]]:
         api = js["api_note"]
     rows = [
         (
-            "jobscope: Kafka engine drain of a full topic, readings/s",
+            "jobscope: Kafka engine drain of a full topic (production schema, RowBinary), "
+            "readings/s",
             _fmt(js.get("ingest_drain_readings_per_s"), "{:,.0f}"),
         ),
         (
@@ -161,21 +162,22 @@ def jobscope_rows(js: dict[str, Any]) -> list[tuple[str, str]]:
         ("jobscope: API, 1 M readings fetched completely, s", api),
     ]
     for name, v in js.get("drain_variants", {}).items():
-        per = name.removeprefix("jsoneachrow_").removesuffix("_per_message")
-        rows.append(
-            (
-                f"jobscope: drain, JSONEachRow, {per} readings/message, readings/s",
-                f"{v['readings_per_s']:,.0f} ({v['readings']:,} readings)",
-            )
-        )
+        fmt, per, *_ = name.split("_")
+        fmt = {"rowbinary": "RowBinary", "jsoneachrow": "JSONEachRow"}.get(fmt, fmt)
+        rows.append((f"jobscope: drain, {fmt}, {per} readings/message, readings/s", _drain(v)))
     for fmt, v in js.get("format_variants", {}).items():
-        rows.append(
-            (
-                f"jobscope: drain, {fmt} through a bare Kafka table, readings/s",
-                f"{v['readings_per_s']:,.0f} ({v['readings']:,} readings)",
-            )
-        )
+        rows.append((f"jobscope: drain, {fmt} through a bare Kafka table, readings/s", _drain(v)))
     return rows
+
+
+def _drain(v: dict[str, Any]) -> str:
+    """A drain's rate, its size, and the rate once the first rows were queryable."""
+    cell = f"{v['readings_per_s']:,.0f} ({v['readings']:,} readings"
+    if "first_rows_s" in v:
+        cell += f"; first rows at {v['first_rows_s']:.1f} s"
+    if v.get("after_first_rows_readings_per_s"):
+        cell += f", {v['after_first_rows_readings_per_s']:,.0f}/s after"
+    return cell + ")"
 
 
 def write_json(path: Path, results: dict[str, Any]) -> None:
@@ -193,6 +195,16 @@ def plots(systems: dict[str, dict[str, Any]], folder: Path, range_minutes: float
     names = [n for n in (OURS, *PEERS) if n in systems]
     written = []
 
+    def save(fig: Any, ax: Any, filename: str, title: str, ylabel: str, log_y: bool) -> None:
+        if log_y:
+            ax.set_yscale("log")
+        ax.set_title(title)
+        ax.set_ylabel(ylabel)
+        fig.tight_layout()
+        fig.savefig(folder / filename, dpi=120)
+        plt.close(fig)
+        written.append(folder / filename)
+
     def line_plot(
         filename: str, title: str, xlabel: str, keep: Any, x_of: Any, log_x: bool = False
     ) -> None:
@@ -208,16 +220,10 @@ def plots(systems: dict[str, dict[str, Any]], folder: Path, range_minutes: float
                 ax.plot(xs, ys, marker="o", label=systems[n]["label"])
         if log_x:
             ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_title(title)
         ax.set_xlabel(xlabel)
-        ax.set_ylabel("seconds to fetch every value (log)")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend()
-        fig.tight_layout()
-        fig.savefig(folder / filename, dpi=120)
-        plt.close(fig)
-        written.append(folder / filename)
+        save(fig, ax, filename, title, "seconds to fetch every value (log)", log_y=True)
 
     line_plot(
         "query_vs_devices.png",
@@ -243,14 +249,7 @@ def plots(systems: dict[str, dict[str, Any]], folder: Path, range_minutes: float
             [systems[n][key] for n in present],
             color=["C0", "C1", "C2"][: len(present)],
         )
-        if log:
-            ax.set_yscale("log")
-        ax.set_title(title)
-        ax.set_ylabel(ylabel)
-        fig.tight_layout()
-        fig.savefig(folder / filename, dpi=120)
-        plt.close(fig)
-        written.append(folder / filename)
+        save(fig, ax, filename, title, ylabel, log_y=log)
 
     bar_plot(
         "ingest.png",

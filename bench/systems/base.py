@@ -7,12 +7,13 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from bench.dataset import Dataset
 
@@ -107,6 +108,43 @@ def wait_for(check: Callable[[], bool], timeout: float, what: str, interval: flo
         if time.monotonic() - start > timeout:
             raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(interval)
+
+
+T = TypeVar("T")
+
+
+def run_parallel(work: Callable[[int, T], None], items: Sequence[T], timeout: float) -> None:
+    """Run `work(i, items[i])` for every item, each in a thread of its own, as parallel clients
+    do; wait for all of them; raise the first exception one of them raised."""
+    errors: list[BaseException] = []
+
+    def run(i: int, item: T) -> None:
+        try:
+            work(i, item)
+        except BaseException as exc:  # re-raised in the calling thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i, x), daemon=True) for i, x in enumerate(items)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + timeout
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    if errors:
+        raise errors[0]
+    if any(t.is_alive() for t in threads):
+        raise TimeoutError(f"timed out after {timeout:.0f} s waiting for parallel clients")
+
+
+def dpkg_version(package: str) -> str:
+    """The installed version of a Debian package, or "unknown"."""
+    out = subprocess.run(
+        ["dpkg-query", "-W", "-f", "${Version}", package],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return out.stdout.strip() or "unknown"
 
 
 def apparent_size(path: Path) -> int:

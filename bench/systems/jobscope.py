@@ -10,7 +10,11 @@ Measured here, beyond the common figures:
 - `freshness_p50_s` / `freshness_p99_s`: under the fleet's steady load (replayed in real time
   with current timestamps), how long a reading takes from produce to queryable.
 - `api_1m_readings_s`: about a million readings fetched completely through the REST API.
-- `drain_variants` (readings per message) and `format_variants` (JSONEachRow, CSV).
+- `drain_variants` (RowBinary, readings per message) and `format_variants` (RowBinary,
+  JSONEachRow, CSV through a bare Kafka table).
+
+The messages are the producers' own: RowBinary rows of one device and tick, byte for byte
+what producers/message.py `pack` makes of the same readings (checked before every ingest).
 """
 
 from __future__ import annotations
@@ -24,7 +28,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -36,13 +39,13 @@ from clickhouse_connect.driver.client import Client
 from confluent_kafka import KafkaError, Message, Producer
 
 from bench import payloads
-from bench.dataset import Dataset
-from bench.profiles import US
-from bench.systems.base import Ingest, Selection, System, free_port, wait_for
-from clickhouse.migrate import MIGRATIONS_DIR, MigrationSettings, apply_migrations
+from bench.dataset import US, Dataset, utc
+from bench.systems.base import Ingest, Selection, System, free_port, run_parallel, wait_for
+from clickhouse.migrate import MIGRATIONS_DIR, MigrationSettings, apply_migrations, render
 from producers.config import ProducerSettings
-from producers.message import format_timestamp, unpack
+from producers.message import pack
 from producers.publisher import producer_config
+from producers.reading import Reading
 from stack import services, topics
 from stack.config import StackSettings
 
@@ -58,9 +61,12 @@ PROBE_INTERVAL_S = 0.1
 CHECK_INTERVAL_S = 0.05
 # Keyed by quick (True) or full run (False):
 VARIANT_SECONDS = {True: 50, False: 120}  # data drained per variant: 200,000 / 2.4 M readings
-API_LIMIT_S = {True: 10.0, False: 300.0}  # the API fetch is abandoned after this
+API_LIMIT_S = {True: 60.0, False: 300.0}  # the API fetch is abandoned after this
 FRESHNESS_S = {True: 12, False: 60}  # length of the steady-load phase
 
+KAFKA_TABLE = re.compile(
+    r"CREATE TABLE (?:IF NOT EXISTS )?\w+(?=\s*\([^;]*ENGINE\s*=\s*Kafka)", re.I
+)
 CONSUMER_VIEW = re.compile(r"CREATE MATERIALIZED VIEW.*\bFROM\s+readings_queue\b", re.S | re.I)
 READINGS_SQL = (
     "SELECT timestamp, device_id, metric_id, value, labels FROM metrics "
@@ -129,8 +135,7 @@ class Jobscope(System):
 
     def load(self, data: Dataset) -> Ingest:
         """End to end: produce everything to `readings`, wait until all of it is queryable."""
-        parts = [payloads.kafka_messages(data, p, PRODUCERS) for p in range(PRODUCERS)]
-        _check_format(parts[0], data)
+        parts = _messages(data)
         start = time.monotonic()
         produced = self._produce(topics.READINGS.name, parts, data, per_message=100)
         produce_s = time.monotonic() - start
@@ -163,38 +168,28 @@ class Jobscope(System):
     ) -> int:
         """Send every message of `parts` (one thread and one client per part); return the
         number of messages acknowledged."""
-        errors: list[BaseException] = []
         sent = [0] * len(parts)
         names = [n.encode() for n in data.devices]
 
         def run(i: int, part: payloads.KafkaMessages) -> None:
-            try:
-                producer = self._producer(topic)
-                failures: list[KafkaError] = []
+            producer = self._producer(topic)
+            failures: list[KafkaError] = []
 
-                def on_delivery(err: KafkaError | None, _msg: Message) -> None:
-                    if err is not None:
-                        failures.append(err)
+            def on_delivery(err: KafkaError | None, _msg: Message) -> None:
+                if err is not None:
+                    failures.append(err)
 
-                with (
-                    open(part.body, "rb") as f,
-                    mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as body,
-                ):
-                    for dev, a, b in part.slices(per_message):
-                        _produce_one(producer, topic, body[a:b], names[dev], on_delivery)
-                        sent[i] += 1
-                if producer.flush(TIMEOUT) or failures:
-                    raise RuntimeError(f"Kafka delivery failed: {failures[:3]}")
-            except BaseException as exc:  # reported by the calling thread
-                errors.append(exc)
+            with (
+                open(part.body, "rb") as f,
+                mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as body,
+            ):
+                for dev, a, b in part.slices(per_message):
+                    _produce_one(producer, topic, body[a:b], names[dev], on_delivery)
+                    sent[i] += 1
+            if producer.flush(TIMEOUT) or failures:
+                raise RuntimeError(f"Kafka delivery failed: {failures[:3]}")
 
-        threads = [threading.Thread(target=run, args=(i, p)) for i, p in enumerate(parts)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(TIMEOUT)
-        if errors:
-            raise errors[0]
+        run_parallel(run, parts, TIMEOUT)
         return sum(sent)
 
     def _producer(self, topic: str) -> Producer:
@@ -211,17 +206,9 @@ class Jobscope(System):
         topics.ensure_topics(self.settings.kafka_bootstrap, (spec,))
         return name
 
-    def _drain(self, data: Dataset, per_message: int = 100) -> tuple[str, int, float]:
-        """Fill a new topic, then create the whole schema in a new database that reads it;
-        return (database, readings, seconds from creating the view that starts the Kafka
-        consumer until every reading is queryable)."""
-        assert self.admin is not None
-        topic = self._fresh_topic("bench-drain")
-        database = topic.replace("-", "_")
-        parts = [payloads.kafka_messages(data, p, PRODUCERS) for p in range(PRODUCERS)]
-        readings = self._produce(topic, parts, data, per_message) * per_message
-        self.admin.command(f"CREATE DATABASE IF NOT EXISTS {database}")
-        migration = MigrationSettings(
+    def _migration(self, database: str, topic: str) -> MigrationSettings:
+        """The schema's settings for `database` reading `topic` (else the production ones)."""
+        return MigrationSettings(
             clickhouse_host=self.settings.host,
             clickhouse_port=self.settings.clickhouse_port,
             clickhouse_admin_password=self.env["JOBSCOPE_CLICKHOUSE_ADMIN_PASSWORD"],
@@ -231,6 +218,45 @@ class Jobscope(System):
             consumer_group=database,
             retention_days=RETENTION_DAYS,
         )
+
+    def _fill(self, prefix: str, data: Dataset, per_message: int, fmt: str) -> tuple[str, int]:
+        """A new topic holding `data` in `fmt`; return (topic, readings produced)."""
+        topic = self._fresh_topic(prefix)
+        parts = _messages(data, fmt)
+        return topic, self._produce(topic, parts, data, per_message) * per_message
+
+    def _drained(self, database: str, readings: int, start: float) -> dict[str, Any]:
+        """Wait until `database.metrics` holds `readings`; the figures of a drain that started
+        (consumer created) at `start`: overall, and after the first rows became queryable
+        (which leaves out the consumer joining its group)."""
+        first: list[float] = []
+
+        def done() -> bool:
+            stored = self._count(database)
+            if stored and not first:
+                first.append(time.monotonic() - start)
+            return stored >= readings
+
+        wait_for(done, TIMEOUT, f"the Kafka engine to fill {database}", interval=0.05)
+        seconds = time.monotonic() - start
+        rest = seconds - first[0]
+        return {
+            "readings": readings,
+            "seconds": seconds,
+            "readings_per_s": readings / seconds,
+            "first_rows_s": first[0],
+            "after_first_rows_readings_per_s": readings / rest if rest > 0.1 else None,
+        }
+
+    def _drain(self, data: Dataset, per_message: int = 100) -> tuple[str, dict[str, Any]]:
+        """Fill a new topic, then create the whole schema in a new database that reads it;
+        return the database and the figures of `_drained`, timed from creating the view that
+        starts the Kafka consumer until every reading is queryable."""
+        assert self.admin is not None
+        topic, readings = self._fill("bench-drain", data, per_message, payloads.PRODUCTION_FORMAT)
+        database = topic.replace("-", "_")
+        self.admin.command(f"CREATE DATABASE IF NOT EXISTS {database}")
+        migration = self._migration(database, topic)
         client = self._client("jobscope", "JOBSCOPE_CLICKHOUSE_ADMIN_PASSWORD", database)
         try:
             with tempfile.TemporaryDirectory() as before_consumer:
@@ -239,43 +265,29 @@ class Jobscope(System):
                 apply_migrations(client, migration, Path(before_consumer))
             start = time.monotonic()
             apply_migrations(client, migration)  # creates the view that starts the consumer
-            wait_for(
-                lambda: self._count(database) >= readings,
-                TIMEOUT,
-                f"the Kafka engine to drain {topic}",
-                interval=0.05,
-            )
-            seconds = time.monotonic() - start
+            figures = self._drained(database, readings, start)
         finally:
             client.close()
         # The database stays: dropping a Kafka table hangs the embedded engine (the local
         # server refuses it), so its idle consumer lives until the server stops.
-        return database, readings, seconds
+        return database, figures
 
-    def _drain_format(self, data: Dataset, fmt: str) -> tuple[int, float]:
+    def _drain_format(self, data: Dataset, fmt: str) -> dict[str, Any]:
         """Drain `data` in format `fmt` (100 readings per message) through a bare pipeline:
-        Kafka table (no error stream) -> view -> a table like `metrics`. Compares formats
-        with each other, not with the production pipeline."""
+        the production Kafka table with another format and no error stream -> a plain view
+        -> a table like `metrics`. Compares formats with each other, not with the production
+        pipeline (which checks every row and fans out to the error table)."""
         assert self.admin is not None
-        topic = self._fresh_topic(f"bench-{fmt.lower()}")
+        topic, readings = self._fill(f"bench-{fmt.lower()}", data, 100, fmt)
         db = topic.replace("-", "_")
-        parts = [payloads.kafka_messages(data, p, PRODUCERS, fmt) for p in range(PRODUCERS)]
-        readings = self._produce(topic, parts, data, 100) * 100
         self.admin.command(f"CREATE DATABASE {db}")
         self.admin.command(f"CREATE TABLE {db}.metrics AS default.metrics")
-        self.admin.command(
-            f"CREATE TABLE {db}.queue (timestamp DateTime64(6, 'UTC'), device_id String, "
-            "metric_id String, value Float64, labels Map(String, String)) ENGINE = Kafka "
-            f"SETTINGS kafka_broker_list = '{self.settings.kafka_bootstrap}', "
-            f"kafka_topic_list = '{topic}', kafka_group_name = '{db}', "
-            f"kafka_format = '{fmt}', kafka_flush_interval_ms = 500"
-        )
+        self.admin.command(_bare_queue(self._migration(db, topic), f"{db}.queue", fmt))
         start = time.monotonic()
         self.admin.command(
             f"CREATE MATERIALIZED VIEW {db}.queue_mv TO {db}.metrics AS SELECT * FROM {db}.queue"
         )
-        wait_for(lambda: self._count(db) >= readings, TIMEOUT, f"the drain of {topic}", 0.05)
-        return readings, time.monotonic() - start
+        return self._drained(db, readings, start)
 
     # -- storage ---------------------------------------------------------------------------
 
@@ -294,9 +306,9 @@ class Jobscope(System):
         return self._bytes("default")
 
     def storage_bytes_of(self, data: Dataset) -> int:
-        database, readings, _ = self._drain(data)
-        if readings != data.spec.readings:
-            raise RuntimeError(f"{readings} of {data.spec.readings} readings produced")
+        database, figures = self._drain(data)
+        if figures["readings"] != data.spec.readings:
+            raise RuntimeError(f"{figures['readings']} of {data.spec.readings} readings produced")
         return self._bytes(database)
 
     # -- queries ---------------------------------------------------------------------------
@@ -309,8 +321,8 @@ class Jobscope(System):
             READINGS_SQL,
             parameters={
                 "devices": selection.device_names(data),
-                "start": format_timestamp(selection.start_us),
-                "end": format_timestamp(selection.end_us),
+                "start": _clickhouse_time(selection.start_us),
+                "end": _clickhouse_time(selection.end_us),
             },
             fmt="Native",
         )
@@ -330,10 +342,11 @@ class Jobscope(System):
         """Each figure on its own: one that fails is recorded and the others still run."""
         out: dict[str, Any] = {}
         failed: dict[str, str] = {}
+        # Drains last: their databases (and idle Kafka consumers) stay until the server stops.
         steps: list[tuple[str, Callable[[], dict[str, Any]]]] = [
-            ("drain", lambda: self._drain_figures(data, quick)),
-            ("api", lambda: self._api(data, API_LIMIT_S[quick])),
             ("freshness", lambda: self._freshness(data, quick)),
+            ("api", lambda: self._api(data, API_LIMIT_S[quick])),
+            ("drain", lambda: self._drain_figures(data, quick)),
         ]
         for name, step in steps:
             log.info("jobscope: %s", name)
@@ -347,28 +360,25 @@ class Jobscope(System):
         return out
 
     def _drain_figures(self, data: Dataset, quick: bool) -> dict[str, Any]:
-        """The drain of the whole data set, then of its first minute(s) by readings per
-        message and by format."""
-        _, readings, seconds = self._drain(data)
+        """The drain of the whole data set (production schema and format), then of its first
+        minute(s) by readings per message and by format."""
+        whole = self._drain(data)[1]
         part = data.head(VARIANT_SECONDS[quick])
         variants = {}
         for per_message in (100, 10, 1):
-            n, s = (readings, seconds) if per_message == 100 else self._drain(part, per_message)[1:]
-            variants[f"jsoneachrow_{per_message}_per_message"] = {
-                "readings": n,
-                "seconds": s,
-                "readings_per_s": n / s,
-            }
-            log.info("jobscope: %d readings/message: %.0f readings/s", per_message, n / s)
+            v = whole if per_message == 100 else self._drain(part, per_message)[1]
+            variants[f"rowbinary_{per_message}_per_message"] = v
+            log.info(
+                "jobscope: %d readings/message: %.0f readings/s", per_message, v["readings_per_s"]
+            )
         formats = {}
-        for fmt in payloads.LINE_FORMATS:
-            n, s = self._drain_format(part, fmt)
-            formats[fmt] = {"readings": n, "seconds": s, "readings_per_s": n / s}
-            log.info("jobscope: %s through a bare Kafka table: %.0f readings/s", fmt, n / s)
+        for fmt in payloads.FORMATS:
+            formats[fmt] = v = self._drain_format(part, fmt)
+            log.info("jobscope: %s, bare Kafka table: %.0f readings/s", fmt, v["readings_per_s"])
         return {
             "format_variants": formats,
-            "ingest_drain_readings_per_s": readings / seconds,
-            "ingest_drain_seconds": seconds,
+            "ingest_drain_readings_per_s": whole["readings_per_s"],
+            "ingest_drain_seconds": whole["seconds"],
             "drain_variants": variants,
         }
 
@@ -386,8 +396,8 @@ class Jobscope(System):
         expected = data.count(devices, start_us, end_us)
         params = {
             "devices": ",".join(data.devices[i] for i in devices),
-            "start_time": _iso(start_us),
-            "end_time": _iso(end_us - 1),  # the API's end is <=
+            "start_time": utc(start_us).isoformat(),
+            "end_time": utc(end_us - 1).isoformat(),  # the API's end is <=
         }
         began = time.perf_counter()
         body = bytearray()
@@ -414,41 +424,30 @@ class Jobscope(System):
         stop = threading.Event()
         sent_at: dict[int, float] = {}  # probe timestamp (us) -> wall time it was produced
         seen: dict[int, float] = {}
-        errors: list[BaseException] = []
         data = data.head(duration + data.spec.period_s)
-        part = payloads.kafka_messages(data, 0, 1)
-        names = [n.encode() for n in data.devices]
+        devices = data.devices
         topic = topics.READINGS.name
+        no_labels: dict[str, str] = {}  # one object for all, as a producer shares its labels
 
         def fleet() -> None:
+            """Each poll packed when it is due, as the producers do, stamped with the time."""
             producer = self._producer(topic)
-            order = data.poll_order()
             began = time.time()
-            with (
-                open(part.body, "rb") as f,
-                mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as body,
-            ):
-                for (tick, dev), (_, a, b) in zip(
-                    order, part.slices(data.spec.metrics), strict=False
-                ):
-                    due = began + (data.poll_us[tick, dev] - data.spec.start_us) / US
-                    if stop.wait(max(0.0, due - time.time())):
-                        break
-                    old = format_timestamp(int(data.poll_us[tick, dev])).encode()
-                    now = format_timestamp(int(time.time() * US)).encode()
-                    _produce_one(producer, topic, body[a:b].replace(old, now), names[dev])
+            for tick, dev in data.poll_order():
+                due = began + (data.poll_us[tick, dev] - data.spec.start_us) / US
+                if stop.wait(max(0.0, due - time.time())):
+                    break
+                message = _pack_poll(data, tick, dev, int(time.time() * US), no_labels)
+                _produce_one(producer, topic, message, devices[dev].encode())
             producer.flush(30)
 
         def probe() -> None:
             producer = self._producer(topic)
             while not stop.wait(PROBE_INTERVAL_S):
                 now_us = int(time.time() * US)
-                line = (
-                    f'{{"timestamp":"{format_timestamp(now_us)}","device_id":"'
-                    f'{PROBE_DEVICE}","metric_id":"bench_probe","value":1,"labels":{{}}}}\n'
-                )
+                message = pack([Reading(now_us, PROBE_DEVICE, "bench_probe", 1.0, no_labels)])
                 sent_at[now_us] = time.time()
-                _produce_one(producer, topic, line.encode(), PROBE_DEVICE.encode())
+                _produce_one(producer, topic, message.payload, PROBE_DEVICE.encode())
             producer.flush(30)
 
         def check() -> None:
@@ -463,20 +462,17 @@ class Jobscope(System):
                     now = time.time()
                     for ts in [t for t in list(sent_at) if t <= int(latest) and t not in seen]:
                         seen[ts] = now - sent_at[ts]
-            except BaseException as exc:
-                errors.append(exc)
             finally:
                 client.close()
 
-        threads = [threading.Thread(target=f, daemon=True) for f in (fleet, probe, check)]
-        for t in threads:
-            t.start()
-        time.sleep(duration)
-        stop.set()
-        for t in threads:
-            t.join(60)
-        if errors:
-            raise errors[0]
+        def timer() -> None:
+            stop.wait(duration)
+            stop.set()
+
+        try:
+            run_parallel(lambda _i, f: f(), (fleet, probe, check, timer), duration + 60)
+        finally:
+            stop.set()
         warmup = min(sent_at, default=0) + 2 * US  # the first seconds include consumer start
         samples = np.array([v for k, v in seen.items() if k >= warmup])
         if len(samples) == 0:
@@ -526,19 +522,55 @@ def _migrations_before_consumer() -> list[Path]:
     return []
 
 
+def _messages(data: Dataset, fmt: str = payloads.PRODUCTION_FORMAT) -> list[payloads.KafkaMessages]:
+    """The messages of each producer thread; in the production format, checked first to be
+    what producers/message.py `pack` makes of the same readings."""
+    parts = [payloads.kafka_messages(data, p, PRODUCERS, fmt) for p in range(PRODUCERS)]
+    if fmt == payloads.PRODUCTION_FORMAT:
+        for part in parts:
+            _check_format(part, data)
+    return parts
+
+
+def _bare_queue(production: MigrationSettings, table: str, fmt: str) -> str:
+    """CREATE TABLE `table`: the production Kafka table (its migration, rendered with
+    `production`'s settings) reading `fmt` and without the error stream."""
+    files = [p for p in sorted(MIGRATIONS_DIR.glob("*.sql")) if KAFKA_TABLE.search(p.read_text())]
+    if len(files) != 1:
+        raise RuntimeError(f"expected one Kafka table among the migrations, found {files}")
+    sql = render(re.sub(r"--[^\n]*", "", files[0].read_text()), production.placeholders())
+    sql, tables = KAFKA_TABLE.subn(f"CREATE TABLE {table}", sql)
+    sql, formats = re.subn(r"kafka_format\s*=\s*'\w+'", f"kafka_format = '{fmt}'", sql)
+    sql = re.sub(r",\s*kafka_handle_error_mode\s*=\s*'\w+'", "", sql)
+    if (tables, formats) != (1, 1):
+        raise RuntimeError(f"unexpected Kafka table migration {files[0].name}")
+    return sql.strip()
+
+
+def _pack_poll(
+    data: Dataset, tick: int, dev: int, timestamp_us: int, labels: dict[str, str]
+) -> bytes:
+    """One poll's readings as the producers send them: producers/message.py `pack`."""
+    devices = data.devices
+    values = data.values[tick, dev].tolist()
+    return pack(
+        Reading(timestamp_us, devices[dev], metric, value, labels)
+        for metric, value in zip(data.metrics, values, strict=True)
+    ).payload
+
+
 def _check_format(part: payloads.KafkaMessages, data: Dataset) -> None:
-    """The bench's messages decode with jobscope's own `unpack` into the data set's readings."""
+    """The first and last messages of `part` are byte for byte `pack` of their readings."""
+    m, starts = data.spec.metrics, part.row_starts
     with open(part.body, "rb") as f:
-        dev, a, b = next(iter(part.slices(data.spec.metrics)))
-        f.seek(a)
-        readings = unpack(f.read(b - a))
-    if [r.metric_id for r in readings] != list(data.metrics) or readings[
-        0
-    ].device_id != data.devices[dev]:
-        raise RuntimeError("bench messages do not match producers/message.py")
+        for poll in (0, len(part.polls) - 1):
+            tick, dev = (int(x) for x in part.polls[poll])
+            f.seek(starts[poll * m])
+            got = f.read(int(starts[(poll + 1) * m] - starts[poll * m]))
+            if got != _pack_poll(data, tick, dev, int(data.poll_us[tick, dev]), {}):
+                raise RuntimeError(f"bench message {poll} of {part.body} differs from `pack`")
 
 
-def _iso(epoch_us: int) -> str:
-    return (
-        datetime.fromtimestamp(epoch_us // US, UTC).replace(microsecond=epoch_us % US).isoformat()
-    )
+def _clickhouse_time(epoch_us: int) -> str:
+    """A DateTime64(6, 'UTC') query parameter: 2026-01-01 00:05:00.000000."""
+    return utc(epoch_us).strftime("%Y-%m-%d %H:%M:%S.%f")

@@ -12,16 +12,14 @@ import os
 import shutil
 import signal
 import subprocess
-import threading
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg
 
 from bench import payloads
-from bench.dataset import Dataset
-from bench.systems.base import Ingest, Selection, System, free_port
+from bench.dataset import US, Dataset, utc
+from bench.systems.base import Ingest, Selection, System, dpkg_version, free_port, run_parallel
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 PARTITION_S = 2 * 3600
@@ -46,13 +44,7 @@ class Postgres(System):
         self.tables: list[str] = []
 
     def version(self) -> str:
-        out = subprocess.run(
-            ["dpkg-query", "-W", "-f", "${Version}", "postgresql-15"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        return out.stdout.strip() or "unknown"
+        return dpkg_version("postgresql-15")
 
     def _as_postgres(self, *argv: str) -> list[str]:
         """initdb and the server refuse to run as root: run them as the postgres user."""
@@ -116,7 +108,7 @@ class Postgres(System):
 
     def _create_table(self, table: str, data: Dataset) -> None:
         """Kwollect's table and index, with 2-hour time partitions covering the data."""
-        first = data.spec.start_us // 1_000_000 // PARTITION_S * PARTITION_S
+        first = data.spec.start_us // US // PARTITION_S * PARTITION_S
         with self._connect() as conn:
             conn.execute(f"""
                 CREATE TABLE {table} (
@@ -127,11 +119,12 @@ class Postgres(System):
                     labels jsonb NOT NULL DEFAULT '{{}}'::jsonb
                 ) PARTITION BY RANGE (timestamp)""")
             lo = first
-            while lo * 1_000_000 < data.spec.end_us:
+            while lo * US < data.spec.end_us:
                 hi = lo + PARTITION_S
+                bounds = [utc(t * US).isoformat() for t in (lo, hi)]
                 conn.execute(
                     f"CREATE TABLE {table}_{lo} PARTITION OF {table} "
-                    f"FOR VALUES FROM ('{_iso(lo)}') TO ('{_iso(hi)}')"
+                    f"FOR VALUES FROM ('{bounds[0]}') TO ('{bounds[1]}')"
                 )
                 lo = hi
             conn.execute(f"CREATE INDEX ON {table} (device_id, metric_id, timestamp)")
@@ -140,32 +133,22 @@ class Postgres(System):
     def _copy(self, table: str, data: Dataset) -> float:
         """Load `data` with parallel COPY workers; return the seconds until committed."""
         parts = payloads.postgres_csv(data, self.workers)
-        errors: list[BaseException] = []
 
-        def copy(path: Path) -> None:
-            try:
-                with (
-                    self._connect() as conn,
-                    conn.cursor() as cur,
-                    cur.copy(
-                        f"COPY {table} (timestamp, device_id, metric_id, value, labels) "
-                        "FROM STDIN (FORMAT csv)"
-                    ) as copy,
-                    open(path, "rb") as f,
-                ):
-                    while block := f.read(1 << 20):
-                        copy.write(block)
-            except BaseException as exc:  # reported by the main thread
-                errors.append(exc)
+        def copy(_worker: int, path: Path) -> None:
+            with (
+                self._connect() as conn,
+                conn.cursor() as cur,
+                cur.copy(
+                    f"COPY {table} (timestamp, device_id, metric_id, value, labels) "
+                    "FROM STDIN (FORMAT csv)"
+                ) as copy,
+                open(path, "rb") as f,
+            ):
+                while block := f.read(1 << 20):
+                    copy.write(block)
 
         start = time.monotonic()
-        threads = [threading.Thread(target=copy, args=(p,)) for p in parts]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(TIMEOUT)
-        if errors:
-            raise errors[0]
+        run_parallel(copy, parts, TIMEOUT)
         return time.monotonic() - start
 
     def load(self, data: Dataset) -> Ingest:
@@ -206,7 +189,7 @@ class Postgres(System):
             cur.copy(
                 "COPY (SELECT timestamp, device_id, metric_id, value, labels FROM metrics "
                 "WHERE device_id = ANY(%s) AND timestamp >= %s AND timestamp < %s) TO STDOUT",
-                (selection.device_names(data), _dt(selection.start_us), _dt(selection.end_us)),
+                (selection.device_names(data), utc(selection.start_us), utc(selection.end_us)),
             ) as copy,
         ):
             for block in copy:
@@ -246,13 +229,3 @@ def _run(argv: list[str], timeout: float) -> None:
     result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
     if result.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} failed:\n{result.stdout}{result.stderr}")
-
-
-def _iso(epoch_s: int) -> str:
-    return datetime.fromtimestamp(epoch_s, UTC).isoformat()
-
-
-def _dt(epoch_us: int) -> datetime:
-    return datetime.fromtimestamp(epoch_us // 1_000_000, UTC).replace(
-        microsecond=epoch_us % 1_000_000
-    )

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +13,17 @@ import orjson
 
 from bench import payloads
 from bench.dataset import Dataset
-from bench.systems.base import Ingest, Selection, Server, System, apparent_size, free_port, wait_for
+from bench.systems.base import (
+    Ingest,
+    Selection,
+    Server,
+    System,
+    apparent_size,
+    dpkg_version,
+    free_port,
+    run_parallel,
+    wait_for,
+)
 
 BINARY = "victoria-metrics"
 CSV_FORMAT = "1:time:unix_ms,2:label:device,3:label:__name__,4:metric:value"
@@ -38,13 +46,7 @@ class VictoriaMetrics(System):
         self.others: list[VictoriaMetrics] = []
 
     def version(self) -> str:
-        out = subprocess.run(
-            ["dpkg-query", "-W", "-f", "${Version}", BINARY],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        return out.stdout.strip() or "unknown"
+        return dpkg_version(BINARY)
 
     def start(self) -> None:
         if shutil.which(BINARY) is None:
@@ -72,29 +74,19 @@ class VictoriaMetrics(System):
 
     def load(self, data: Dataset) -> Ingest:
         parts = payloads.victoriametrics_csv(data, self.clients)
-        errors: list[BaseException] = []
 
-        def post(path: Path) -> None:
-            try:
-                with open(path, "rb") as body:
-                    r = httpx.post(
-                        f"{self.url}/api/v1/import/csv",
-                        params={"format": CSV_FORMAT},
-                        content=_chunks(body),
-                        timeout=TIMEOUT,
-                    )
-                r.raise_for_status()
-            except BaseException as exc:  # reported by the main thread
-                errors.append(exc)
+        def post(_client: int, path: Path) -> None:
+            with open(path, "rb") as body:
+                r = httpx.post(
+                    f"{self.url}/api/v1/import/csv",
+                    params={"format": CSV_FORMAT},
+                    content=_chunks(body),
+                    timeout=TIMEOUT,
+                )
+            r.raise_for_status()
 
         start = time.monotonic()
-        threads = [threading.Thread(target=post, args=(p,)) for p in parts]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(TIMEOUT)
-        if errors:
-            raise errors[0]
+        run_parallel(post, parts, TIMEOUT)
         sent_s = time.monotonic() - start
         self.sent += data.spec.readings
         wait_for(

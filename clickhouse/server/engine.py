@@ -10,12 +10,17 @@ from __future__ import annotations
 import contextlib
 import queue
 import re
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import chdb
 
-from clickhouse.server.errors import TOO_MANY_SIMULTANEOUS_QUERIES, ClickHouseError
+from clickhouse.server.errors import (
+    SERVER_SHUTTING_DOWN,
+    TOO_MANY_SIMULTANEOUS_QUERIES,
+    ClickHouseError,
+)
 from clickhouse.server.statements import escape_param
 
 _PARSER_SCOPE = re.compile(
@@ -94,9 +99,12 @@ class Engine:
         self._free: queue.LifoQueue[EngineConnection] = queue.LifoQueue()
         for conn in self._all:
             self._free.put(conn)
+        self._closing = False
 
     @contextlib.contextmanager
     def connection(self, timeout: float) -> Iterator[EngineConnection]:
+        if self._closing:
+            raise ClickHouseError(SERVER_SHUTTING_DOWN, "The server is shutting down")
         try:
             conn = self._free.get(timeout=timeout)
         except queue.Empty:
@@ -109,6 +117,14 @@ class Engine:
         finally:
             self._free.put(conn)
 
-    def close(self) -> None:
+    def close(self, grace_s: float = 10.0) -> None:
+        """Refuse new queries, let running ones finish (up to `grace_s`), then close."""
+        self._closing = True
+        deadline = time.monotonic() + grace_s
+        for _ in self._all:
+            try:
+                self._free.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                break
         for conn in reversed(self._all):
             conn.close()
