@@ -225,6 +225,26 @@ def _final_counts(log: str) -> tuple[int, int]:
     return delivered, readings
 
 
+def stop_and_drain(proc: subprocess.Popen, log_file: Path, reader: TopicReader) -> None:
+    """SIGTERM the producer, which must flush and exit 0; then read what it published."""
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 0, log_file.read_text()
+    reader.drain()
+
+
+def close(proc: subprocess.Popen, reader: TopicReader) -> None:
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    reader.consumer.close()
+
+
+def assert_tester_values(reader: TopicReader) -> None:
+    for message in reader.messages:
+        for r in message.readings:
+            assert r.value == tester_value(r.device_id, r.metric_id, r.timestamp_us)
+
+
 def test_sigterm_exits_0_and_every_message_reached_the_topic(run: Run) -> None:
     assert run.returncode == 0, run.log
     assert _final_counts(run.log) == (len(run.messages), sum(len(m.readings) for m in run.messages))
@@ -346,21 +366,14 @@ def test_sigterm_flushes_what_the_client_still_held(kafka: str, tmp_path: Path) 
             "3 messages waiting in the client",
         )
         assert reader.of("node-s") == []
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=20) == 0, log_file.read_text()
-        reader.drain()
+        stop_and_drain(proc, log_file, reader)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        reader.consumer.close()
+        close(proc, reader)
     log = log_file.read_text()
     flushing = re.search(r"stopping: polling stopped, flushing (\d+) messages", log)
     assert flushing and int(flushing[1]) >= 3, log
     assert _final_counts(log) == (len(reader.messages), 3 * len(reader.messages))
-    for message in reader.messages:
-        for r in message.readings:
-            assert r.value == tester_value(r.device_id, r.metric_id, r.timestamp_us)
+    assert_tester_values(reader)
 
 
 @pytest.mark.slow
@@ -391,18 +404,11 @@ def test_broker_restart_loses_no_reading(
             60,
             "node-r after the broker restart",
         )
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=20) == 0, log_file.read_text()
-        reader.drain()
+        stop_and_drain(proc, log_file, reader)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        reader.consumer.close()
+        close(proc, reader)
     ticks = sorted(m.timestamp_us // PERIOD_US for m in reader.messages)
     assert ticks == list(range(ticks[0], ticks[-1] + 1)), log_file.read_text()
     assert (down_until - down_from) // PERIOD_US >= 10  # the outage spanned many ticks
     assert ticks[0] * PERIOD_US < down_from and ticks[-1] * PERIOD_US > down_until
-    for message in reader.messages:
-        for r in message.readings:
-            assert r.value == tester_value(r.device_id, r.metric_id, r.timestamp_us)
+    assert_tester_values(reader)
