@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import shutil
 import subprocess
@@ -63,7 +64,6 @@ def _java(settings: StackSettings, heap: str, main: str, *args: str) -> list[str
     return [
         "java",
         f"-Xmx{heap}",
-        f"-Xms{heap}" if heap.endswith("m") else "-Xms256m",
         f"-Dlog4j2.configurationFile={KAFKA_DIR / 'log4j2.yaml'}",
         "-cp",
         classpath(settings),
@@ -96,8 +96,6 @@ def format_storage(settings: StackSettings, config: Path) -> None:
 
 def _cluster_id() -> str:
     """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding."""
-    import base64
-
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 

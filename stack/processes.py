@@ -45,15 +45,7 @@ class ManagedProcess:
             pid = int(self.pid_file.read_text().strip())
         except (FileNotFoundError, ValueError):
             return None
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return None
-        except PermissionError:
-            return pid
-        if _is_reaped_or_zombie(pid):
-            return None  # exited; only waiting for its parent (or init) to reap it
-        return pid
+        return pid if is_alive(pid) else None
 
     def is_running(self) -> bool:
         return self.pid() is not None
@@ -109,15 +101,22 @@ class ManagedProcess:
         self.stop(timeout=0.0, sig=signal.SIGKILL)
 
 
-def _is_reaped_or_zombie(pid: int) -> bool:
-    """A zombie leader counts as gone only once its other threads are gone too: they may
-    still hold its sockets while a multi-threaded process is torn down."""
+def is_alive(pid: int) -> bool:
+    """Running, as opposed to gone or exited and waiting to be reaped. A zombie leader counts
+    as gone only once its other threads are gone too: they may still hold its sockets while
+    a multi-threaded process is torn down."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0]
         threads = len(os.listdir(f"/proc/{pid}/task"))
     except (FileNotFoundError, IndexError, ProcessLookupError):
-        return True
-    return state in "ZX" and threads <= 1
+        return False
+    return not (state in "ZX" and threads <= 1)
 
 
 def _signal_group(pid: int, sig: int) -> None:

@@ -6,6 +6,9 @@ import sys
 import urllib.request
 from pathlib import Path
 
+import clickhouse_connect
+from clickhouse_connect.driver.client import Client
+
 from clickhouse.migrate import MigrationSettings, apply_migrations, connect
 from stack import kafka_broker, secrets, topics
 from stack.config import REPO_ROOT, StackSettings
@@ -25,6 +28,40 @@ def component_env(settings: StackSettings) -> dict[str, str]:
         "JOBSCOPE_RETENTION_DAYS": str(settings.retention_days),
         "PYTHONUNBUFFERED": "1",
     }
+
+
+# The local server's users and the variable holding each one's password.
+PASSWORD_VARS = {
+    "jobscope": "JOBSCOPE_CLICKHOUSE_ADMIN_PASSWORD",
+    "reader": "JOBSCOPE_CLICKHOUSE_READER_PASSWORD",
+}
+
+
+def clickhouse_password(settings: StackSettings, user: str) -> str:
+    return component_env(settings)[PASSWORD_VARS[user]]
+
+
+def clickhouse_client(settings: StackSettings, user: str, **kwargs: object) -> Client:
+    """A clickhouse-connect client to this stack's ClickHouse server as `user`."""
+    return clickhouse_connect.get_client(
+        host=settings.host,
+        port=settings.clickhouse_port,
+        username=user,
+        password=clickhouse_password(settings, user),
+        **kwargs,
+    )
+
+
+def migration_settings(settings: StackSettings, **overrides: object) -> MigrationSettings:
+    """The schema settings of this stack (`overrides`: e.g. another database or topic)."""
+    values: dict[str, object] = {
+        "clickhouse_host": settings.host,
+        "clickhouse_port": settings.clickhouse_port,
+        "clickhouse_admin_password": clickhouse_password(settings, "jobscope"),
+        "kafka_bootstrap": settings.kafka_bootstrap,
+        "retention_days": settings.retention_days,
+    }
+    return MigrationSettings(**{**values, **overrides})
 
 
 def process(settings: StackSettings, name: str) -> ManagedProcess:
@@ -59,14 +96,7 @@ def start_clickhouse(settings: StackSettings, timeout: float = 60.0) -> None:
 
 
 def apply_schema(settings: StackSettings) -> None:
-    env = component_env(settings)
-    migration = MigrationSettings(
-        clickhouse_host=settings.host,
-        clickhouse_port=settings.clickhouse_port,
-        clickhouse_admin_password=env["JOBSCOPE_CLICKHOUSE_ADMIN_PASSWORD"],
-        kafka_bootstrap=settings.kafka_bootstrap,
-        retention_days=settings.retention_days,
-    )
+    migration = migration_settings(settings)
     apply_migrations(connect(migration), migration)
 
 

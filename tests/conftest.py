@@ -11,7 +11,6 @@ import os
 import shutil
 from collections.abc import Iterator
 
-import clickhouse_connect
 import pytest
 from clickhouse_connect.driver.client import Client
 
@@ -52,25 +51,14 @@ def clickhouse(stack_settings: StackSettings, kafka: str) -> Iterator[StackSetti
     services.process(stack_settings, "clickhouse").stop()
 
 
-def _client(settings: StackSettings, user: str, password_var: str, **kwargs: object) -> Client:
-    password = services.component_env(settings)[password_var]
-    return clickhouse_connect.get_client(
-        host=settings.host,
-        port=settings.clickhouse_port,
-        username=user,
-        password=password,
-        **kwargs,
-    )
-
-
 @pytest.fixture(scope="session")
 def admin_client(clickhouse: StackSettings) -> Client:
-    return _client(clickhouse, "jobscope", "JOBSCOPE_CLICKHOUSE_ADMIN_PASSWORD")
+    return services.clickhouse_client(clickhouse, "jobscope")
 
 
 @pytest.fixture(scope="session")
 def reader_client(clickhouse: StackSettings) -> Client:
-    return _client(clickhouse, "reader", "JOBSCOPE_CLICKHOUSE_READER_PASSWORD")
+    return services.clickhouse_client(clickhouse, "reader")
 
 
 @pytest.fixture(scope="session")

@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 import chdb
-import clickhouse_connect
 import httpx
 import numpy as np
 from clickhouse_connect.driver.client import Client
@@ -89,7 +88,6 @@ class Jobscope(System):
             api_port=free_port(),
             retention_days=RETENTION_DAYS,
         )
-        self.env: dict[str, str] = {}
         self.admin: Client | None = None
         self.reader: Client | None = None
         self.topic_serial = 0
@@ -105,16 +103,13 @@ class Jobscope(System):
         shutil.rmtree(self.workdir, ignore_errors=True)
         services.start_kafka(self.settings)
         services.start_clickhouse(self.settings)
-        self.env = services.component_env(self.settings)
-        self.admin = self._client("jobscope", "JOBSCOPE_CLICKHOUSE_ADMIN_PASSWORD")
-        self.reader = self._client("reader", "JOBSCOPE_CLICKHOUSE_READER_PASSWORD")
+        self.admin = self._client("jobscope")
+        self.reader = self._client("reader")
 
-    def _client(self, user: str, password_env: str, database: str = "default") -> Client:
-        return clickhouse_connect.get_client(
-            host=self.settings.host,
-            port=self.settings.clickhouse_port,
-            username=user,
-            password=self.env[password_env],
+    def _client(self, user: str, database: str = "default") -> Client:
+        return services.clickhouse_client(
+            self.settings,
+            user,
             database=database,
             send_receive_timeout=int(TIMEOUT),
             autogenerate_session_id=False,
@@ -208,12 +203,9 @@ class Jobscope(System):
 
     def _migration(self, database: str, topic: str) -> MigrationSettings:
         """The schema's settings for `database` reading `topic` (else the production ones)."""
-        return MigrationSettings(
-            clickhouse_host=self.settings.host,
-            clickhouse_port=self.settings.clickhouse_port,
-            clickhouse_admin_password=self.env["JOBSCOPE_CLICKHOUSE_ADMIN_PASSWORD"],
+        return services.migration_settings(
+            self.settings,
             clickhouse_database=database,
-            kafka_bootstrap=self.settings.kafka_bootstrap,
             readings_topic=topic,
             consumer_group=database,
             retention_days=RETENTION_DAYS,
@@ -257,7 +249,7 @@ class Jobscope(System):
         database = topic.replace("-", "_")
         self.admin.command(f"CREATE DATABASE IF NOT EXISTS {database}")
         migration = self._migration(database, topic)
-        client = self._client("jobscope", "JOBSCOPE_CLICKHOUSE_ADMIN_PASSWORD", database)
+        client = self._client("jobscope", database)
         try:
             with tempfile.TemporaryDirectory() as before_consumer:
                 for path in _migrations_before_consumer():
@@ -451,7 +443,7 @@ class Jobscope(System):
             producer.flush(30)
 
         def check() -> None:
-            client = self._client("jobscope", "JOBSCOPE_CLICKHOUSE_ADMIN_PASSWORD")
+            client = self._client("jobscope")
             try:
                 while not stop.wait(CHECK_INTERVAL_S):
                     latest = client.command(

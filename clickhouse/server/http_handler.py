@@ -7,7 +7,6 @@ import tempfile
 import uuid
 from collections.abc import Generator, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 
 from clickhouse.server import statements
@@ -219,8 +218,7 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
                     or params.get("default_format")
                     or statements.DEFAULT_FORMAT
                 )
-                sql = statements.output_query(canonical, default_format, query_settings)
-                fmt = statements.output_format(sql) or default_format
+                sql, fmt = statements.output_query(canonical, default_format, query_settings)
                 if (
                     kind in statements.STREAMING_KINDS
                     and fmt.lower() in statements.STREAMABLE_FORMATS
@@ -280,7 +278,7 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
                 tmp.write(chunk)
                 written += len(chunk)
             tmp.flush()
-            sql = statements.insert_from_file(canonical, str(Path(tmp.name)), settings)
+            sql = statements.insert_from_file(canonical, tmp.name, settings)
             conn.run(sql, params)
         summary = f'{{"written_bytes":"{written}"}}'
         self._send(200, [], {"X-ClickHouse-Summary": summary}, query_id)
@@ -337,9 +335,10 @@ def _refuse_kafka_drop(conn: EngineConnection, canonical: str) -> None:
     target = statements.drop_target(canonical)
     if target is None:
         return
-    _kind, database, table = target
-    database = database or conn.database
-    count = conn.run(statements.KAFKA_DEPENDENTS_SQL, {"db": database, "table": table or ""})
+    database, table = target
+    count = conn.run(
+        statements.KAFKA_DEPENDENTS_SQL, {"db": database or conn.database, "table": table}
+    )
     if int(count or b"0") > 0:
         raise ClickHouseError(
             NOT_IMPLEMENTED,

@@ -132,23 +132,20 @@ def settings_list(settings: Mapping[str, str]) -> str:
     return ", ".join(parts)
 
 
-def output_format(canonical: str) -> str | None:
-    """The FORMAT named at the end of a query with output, if any."""
-    match = _TRAILING_FORMAT.search(canonical)
-    return match.group(1) if match else None
-
-
-def output_query(canonical: str, default_format: str, settings: Mapping[str, str]) -> str:
-    """A query with output, with a FORMAT and the request's settings in its trailing clause."""
+def output_query(
+    canonical: str, default_format: str, settings: Mapping[str, str]
+) -> tuple[str, str]:
+    """A query with output, with a FORMAT and the request's settings in its trailing clause;
+    returns it and its output format (the query's own, else `default_format`)."""
     sql = canonical.rstrip().rstrip(";")
     match = _TRAILING_FORMAT.search(sql)
+    fmt = match.group(1) if match else default_format
     if match is None:
         sql += f" FORMAT {default_format}"
-    if not settings:
-        return sql
-    if match is not None and match.group(2):
-        return f"{sql}, {settings_list(settings)}"
-    return f"{sql} SETTINGS {settings_list(settings)}"
+    if settings:
+        joiner = ", " if match is not None and match.group(2) else " SETTINGS "
+        sql += joiner + settings_list(settings)
+    return sql, fmt
 
 
 def insert_from_file(canonical_head: str, path: str, settings: Mapping[str, str]) -> str:
@@ -168,16 +165,17 @@ def insert_from_file(canonical_head: str, path: str, settings: Mapping[str, str]
     )
 
 
-def drop_target(canonical: str) -> tuple[str, str | None, str | None] | None:
-    """(kind, database, table) that a DROP/DETACH names; database None means current."""
+def drop_target(canonical: str) -> tuple[str | None, str] | None:
+    """(database, table) a DROP/DETACH names: database None means the current one, table ''
+    a whole database."""
     match = _DROP.match(canonical)
     if match is None:
         return None
     kind, name = match.groups()
     parts = [p.strip("`") for p in re.split(r"\.(?=(?:[^`]*`[^`]*`)*[^`]*$)", name)]
     if kind == "DATABASE":
-        return kind, parts[0], None
-    return kind, (parts[0] if len(parts) == 2 else None), parts[-1]
+        return parts[0], ""
+    return (parts[0] if len(parts) == 2 else None), parts[-1]
 
 
 # Which tables a DROP/DETACH would take from a Kafka consumer that is running.

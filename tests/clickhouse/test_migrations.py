@@ -23,14 +23,9 @@ def database(clickhouse: StackSettings, admin_client: Client) -> tuple[Client, M
     admin_client.command(f"CREATE DATABASE {name}")
     admin = AdminClient({"bootstrap.servers": clickhouse.kafka_bootstrap})
     admin.create_topics([NewTopic(f"{name}-readings", 1, 1)])[f"{name}-readings"].result(30)
-    settings = MigrationSettings(
-        clickhouse_host=clickhouse.host,
-        clickhouse_port=clickhouse.clickhouse_port,
-        clickhouse_admin_password=services.component_env(clickhouse)[
-            "JOBSCOPE_CLICKHOUSE_ADMIN_PASSWORD"
-        ],
+    settings = services.migration_settings(
+        clickhouse,
         clickhouse_database=name,
-        kafka_bootstrap=clickhouse.kafka_bootstrap,
         readings_topic=f"{name}-readings",
         consumer_group=f"{name}-group",
     )

@@ -16,7 +16,7 @@ from stack.config import StackSettings
 
 @pytest.fixture(scope="module")
 def reader_http(clickhouse: StackSettings) -> httpx.Client:
-    password = services.component_env(clickhouse)["JOBSCOPE_CLICKHOUSE_READER_PASSWORD"]
+    password = services.clickhouse_password(clickhouse, "reader")
     return httpx.Client(base_url=clickhouse.clickhouse_url, auth=("reader", password), timeout=30)
 
 

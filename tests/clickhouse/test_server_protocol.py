@@ -21,7 +21,7 @@ from stack.config import StackSettings
 
 @pytest.fixture(scope="module")
 def http(clickhouse: StackSettings) -> httpx.Client:
-    password = services.component_env(clickhouse)["JOBSCOPE_CLICKHOUSE_ADMIN_PASSWORD"]
+    password = services.clickhouse_password(clickhouse, "jobscope")
     return httpx.Client(base_url=clickhouse.clickhouse_url, auth=("jobscope", password), timeout=30)
 
 
@@ -152,17 +152,8 @@ def test_compressed_requests_and_responses(
 
 
 def test_clickhouse_connect_compression(clickhouse: StackSettings) -> None:
-    password = services.component_env(clickhouse)["JOBSCOPE_CLICKHOUSE_ADMIN_PASSWORD"]
-    import clickhouse_connect
-
     for compress in ("lz4", "gzip"):
-        client = clickhouse_connect.get_client(
-            host=clickhouse.host,
-            port=clickhouse.clickhouse_port,
-            username="jobscope",
-            password=password,
-            compress=compress,
-        )
+        client = services.clickhouse_client(clickhouse, "jobscope", compress=compress)
         assert client.query("SELECT sum(number) FROM numbers(1000000)").result_rows == [
             (499999500000,)
         ]
@@ -231,20 +222,12 @@ def test_concurrent_requests_while_a_stream_is_open(
     http: httpx.Client, clickhouse: StackSettings
 ) -> None:
     """Queries of other requests give correct results while one result is being streamed."""
-    import clickhouse_connect
-
-    password = services.component_env(clickhouse)["JOBSCOPE_CLICKHOUSE_ADMIN_PASSWORD"]
     errors: list[str] = []
     answered: list[int] = []
 
     def worker(n: int) -> None:
         try:
-            client = clickhouse_connect.get_client(
-                host=clickhouse.host,
-                port=clickhouse.clickhouse_port,
-                username="jobscope",
-                password=password,
-            )
+            client = services.clickhouse_client(clickhouse, "jobscope")
             for i in range(20):
                 got = client.query(f"SELECT count() FROM numbers({n * 1000 + i})").result_rows
                 if got != [(n * 1000 + i,)]:

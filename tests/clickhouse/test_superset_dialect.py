@@ -12,7 +12,7 @@ from stack.config import StackSettings
 
 
 def test_clickhousedb_dialect(clickhouse: StackSettings) -> None:
-    password = services.component_env(clickhouse)["JOBSCOPE_CLICKHOUSE_READER_PASSWORD"]
+    password = services.clickhouse_password(clickhouse, "reader")
     engine = sa.create_engine(
         f"clickhousedb://reader:{quote(password)}@{clickhouse.host}:{clickhouse.clickhouse_port}"
         "/default"

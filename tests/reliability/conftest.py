@@ -9,7 +9,6 @@ import uuid
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
-import clickhouse_connect
 import httpx
 import pytest
 from clickhouse_connect.driver.client import Client
@@ -190,18 +189,9 @@ def assert_exactly_once(
 @pytest.fixture
 def reader(clickhouse: StackSettings) -> Client:
     """A fresh client per test: the fault tests restart the server under it."""
-    password = services.component_env(clickhouse)["JOBSCOPE_CLICKHOUSE_READER_PASSWORD"]
-    return clickhouse_connect.get_client(
-        host=clickhouse.host, port=clickhouse.clickhouse_port, username="reader", password=password
-    )
+    return services.clickhouse_client(clickhouse, "reader")
 
 
 @pytest.fixture
 def admin(clickhouse: StackSettings) -> Client:
-    password = services.component_env(clickhouse)["JOBSCOPE_CLICKHOUSE_ADMIN_PASSWORD"]
-    return clickhouse_connect.get_client(
-        host=clickhouse.host,
-        port=clickhouse.clickhouse_port,
-        username="jobscope",
-        password=password,
-    )
+    return services.clickhouse_client(clickhouse, "jobscope")

@@ -58,12 +58,7 @@ def test_clickhouse_server_restarted_mid_stream(
         services.start_clickhouse(clickhouse)
 
     gen = run_with_fault(clickhouse, fault)
-    password = services.component_env(clickhouse)["JOBSCOPE_CLICKHOUSE_READER_PASSWORD"]
-    import clickhouse_connect
-
-    reader = clickhouse_connect.get_client(
-        host=clickhouse.host, port=clickhouse.clickhouse_port, username="reader", password=password
-    )
+    reader = services.clickhouse_client(clickhouse, "reader")  # after the server restarted
     assert_exactly_once(reader, api_url, gen.prefix, gen.devices, gen.expected)
 
 

@@ -14,7 +14,7 @@ import httpx
 
 from stack import services
 from stack.config import REPO_ROOT, StackSettings
-from stack.processes import port_in_use, wait_until
+from stack.processes import is_alive, port_in_use, wait_until
 
 SHIFT = int(os.environ.get("JOBSCOPE_TEST_PORT_SHIFT", "0")) + 1000
 
@@ -28,15 +28,6 @@ def run_stack(command: str, env: dict[str, str]) -> subprocess.CompletedProcess[
         text=True,
         timeout=240,
     )
-
-
-def alive(pid: int) -> bool:
-    """Running, as opposed to gone or a zombie waiting to be reaped by init."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0]
-    except (FileNotFoundError, IndexError):
-        return False
-    return state not in "ZX"
 
 
 def served(api_url: str, device: str) -> int:
@@ -89,7 +80,7 @@ def test_up_down_up(tmp_path: Path) -> None:
         down = run_stack("down", env)
         assert down.returncode == 0, down.stdout + down.stderr
         for name, pid in pids.items():
-            assert not alive(pid), f"{name} (pid {pid}) still running"
+            assert not is_alive(pid), f"{name} (pid {pid}) still running"
         assert not any(port_in_use(settings.host, p) for p in ports)
         status = run_stack("status", env)
         assert status.returncode == 3 and "stopped" in status.stdout
