@@ -70,6 +70,14 @@ def render(sql: str, values: dict[str, str]) -> str:
     return re.sub(r"\$\{([A-Z_]+)\}", substitute, sql)
 
 
+def statements(sql: str) -> list[str]:
+    """The statements of a migration file: each ends with `;` at the end of a line (a file of
+    one statement may omit it). A file that fails midway is run again from its start, so
+    every statement of a file with several must be idempotent (IF [NOT] EXISTS)."""
+    parts = (part.strip() for part in re.split(r";[ \t]*$", sql, flags=re.M))
+    return [p for p in parts if re.sub(r"--[^\n]*", "", p).strip()]
+
+
 def connect(settings: MigrationSettings) -> Client:
     return clickhouse_connect.get_client(
         host=settings.clickhouse_host,
@@ -99,7 +107,8 @@ def apply_migrations(
                     f"{path.name} changed after it was applied: add a new migration instead"
                 )
             continue
-        client.command(render(text, settings.placeholders()))
+        for statement in statements(render(text, settings.placeholders())):
+            client.command(statement)
         client.insert(
             "schema_migrations", [[path.name, checksum]], column_names=["name", "checksum"]
         )

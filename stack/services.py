@@ -23,6 +23,7 @@ def component_env(settings: StackSettings) -> dict[str, str]:
         "JOBSCOPE_CLICKHOUSE_HOST": settings.host,
         "JOBSCOPE_CLICKHOUSE_PORT": str(settings.clickhouse_port),
         "JOBSCOPE_CLICKHOUSE_DATA_DIR": str(settings.state_dir / "clickhouse"),
+        "JOBSCOPE_CLICKHOUSE_ENGINE_LOG_FILE": str(settings.log_dir / "clickhouse-engine.log"),
         "JOBSCOPE_API_HOST": settings.host,
         "JOBSCOPE_API_PORT": str(settings.api_port),
         "JOBSCOPE_RETENTION_DAYS": str(settings.retention_days),

@@ -7,6 +7,7 @@ import signal
 import sys
 import threading
 
+from clickhouse.server import engine_config
 from clickhouse.server.config import ServerSettings
 from clickhouse.server.engine import Engine
 from clickhouse.server.http_handler import ClickHouseHTTPServer
@@ -19,7 +20,9 @@ def main() -> int:
         stream=sys.stdout,
     )
     settings = ServerSettings()  # type: ignore[call-arg]  (required values come from the env)
-    engine = Engine(settings.data_dir, settings.pool_size)
+    engine = Engine(
+        settings.data_dir, engine_config.connection_string(settings), settings.pool_size
+    )
     server = ClickHouseHTTPServer(settings, engine)
 
     def shutdown(signum: int, _frame: object) -> None:

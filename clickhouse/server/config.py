@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -25,6 +26,24 @@ class ServerSettings(BaseSettings):
     reader_password: SecretStr = Field(description="password of the read-only user")
     session_timeout_s: float = Field(60.0, gt=0, description="idle HTTP sessions are forgotten")
     max_query_size: int = Field(1 << 20, description="bytes of statement text accepted")
+    engine_log_file: Path | None = Field(
+        None,
+        description="the engine's own log (Kafka consumers among others); default "
+        "<data_dir>-engine.log",
+    )
+    engine_log_level: Literal["trace", "debug", "information", "warning", "error"] = Field(
+        "warning", description="how much the engine logs"
+    )
+    kafka_session_timeout_ms: int = Field(
+        6000, ge=6000, description="a killed server's consumers leave the group after this"
+    )
+    kafka_heartbeat_interval_ms: int = Field(
+        250, gt=0, description="how soon a consumer hears of a rebalance"
+    )
+
+    @property
+    def engine_log(self) -> Path:
+        return self.engine_log_file or self.data_dir.with_name(self.data_dir.name + "-engine.log")
 
     @property
     def spool_dir(self) -> Path:

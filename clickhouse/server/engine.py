@@ -35,8 +35,8 @@ def quote_identifier(name: str) -> str:
 class EngineConnection:
     """One chdb connection and the database it currently uses."""
 
-    def __init__(self, data_dir: Path) -> None:
-        self._conn = chdb.connect(str(data_dir))
+    def __init__(self, connection_string: str) -> None:
+        self._conn = chdb.connect(connection_string)
         self.database = "default"
 
     def use(self, database: str) -> None:
@@ -93,9 +93,9 @@ class EngineConnection:
 class Engine:
     """The pool of connections every request borrows from."""
 
-    def __init__(self, data_dir: Path, pool_size: int) -> None:
+    def __init__(self, data_dir: Path, connection_string: str, pool_size: int) -> None:
         data_dir.mkdir(parents=True, exist_ok=True)
-        self._all = [EngineConnection(data_dir) for _ in range(pool_size)]
+        self._all = [EngineConnection(connection_string) for _ in range(pool_size)]
         self._free: queue.LifoQueue[EngineConnection] = queue.LifoQueue()
         for conn in self._all:
             self._free.put(conn)

@@ -237,7 +237,6 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
                     headers["Content-Encoding"] = encoding
                 self._send(200, compress_stream(_chain(first, chunks), encoding), headers, query_id)
             else:
-                _refuse_kafka_drop(conn, canonical)
                 conn.run(canonical, query_params)
                 self._send(200, [], {}, query_id)
 
@@ -328,23 +327,6 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
             self.wfile.write(body)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
-
-
-def _refuse_kafka_drop(conn: EngineConnection, canonical: str) -> None:
-    """Dropping a consuming Kafka table (or a view on it) hangs the pinned engine: refuse."""
-    target = statements.drop_target(canonical)
-    if target is None:
-        return
-    database, table = target
-    count = conn.run(
-        statements.KAFKA_DEPENDENTS_SQL, {"db": database or conn.database, "table": table}
-    )
-    if int(count or b"0") > 0:
-        raise ClickHouseError(
-            NOT_IMPLEMENTED,
-            f"Refused: {canonical} would stop a running Kafka consumer, which hangs the "
-            "embedded engine (chdb 4.1.7). Add a migration that creates new tables instead.",
-        )
 
 
 def _chain(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:

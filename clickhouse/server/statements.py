@@ -56,7 +56,6 @@ _INSERT = re.compile(rb"INSERT\b", re.I)
 _FORMAT_OR_VALUES = re.compile(rb"\b(?:FORMAT\s+([A-Za-z0-9_]+)|(VALUES)\b)", re.I)
 _TRAILING_FORMAT = re.compile(r"\sFORMAT\s+(\w+)(\s+SETTINGS\s+.+)?$", re.S)
 _INSERT_PARTS = re.compile(r"^(INSERT INTO .+?)(?: SETTINGS (.+?))? FORMAT (\w+)$", re.S)
-_DROP = re.compile(r"^(?:DROP|DETACH) (TABLE|VIEW|DATABASE)(?: IF EXISTS)? (\S+)")
 _FILE_ACCESS = re.compile(r"\bINTO OUTFILE\b|\bFROM INFILE\b", re.I)
 
 
@@ -163,24 +162,3 @@ def insert_from_file(canonical_head: str, path: str, settings: Mapping[str, str]
         + (f" SETTINGS {clause}" if clause else "")
         + f" FORMAT {fmt}"
     )
-
-
-def drop_target(canonical: str) -> tuple[str | None, str] | None:
-    """(database, table) a DROP/DETACH names: database None means the current one, table ''
-    a whole database."""
-    match = _DROP.match(canonical)
-    if match is None:
-        return None
-    kind, name = match.groups()
-    parts = [p.strip("`") for p in re.split(r"\.(?=(?:[^`]*`[^`]*`)*[^`]*$)", name)]
-    if kind == "DATABASE":
-        return parts[0], ""
-    return (parts[0] if len(parts) == 2 else None), parts[-1]
-
-
-# Which tables a DROP/DETACH would take from a Kafka consumer that is running.
-KAFKA_DEPENDENTS_SQL = (
-    "SELECT count() FROM system.tables WHERE engine = 'Kafka' AND ("
-    "  (database = {db:String} AND ({table:String} = '' OR name = {table:String}))"
-    "  OR has(arrayZip(dependencies_database, dependencies_table), ({db:String}, {table:String})))"
-)

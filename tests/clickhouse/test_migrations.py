@@ -4,21 +4,29 @@ from __future__ import annotations
 
 import shutil
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from clickhouse_connect.driver.client import Client
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from clickhouse.migrate import MIGRATIONS_DIR, MigrationSettings, apply_migrations, connect
+from clickhouse.migrate import (
+    MIGRATIONS_DIR,
+    MigrationSettings,
+    apply_migrations,
+    connect,
+    statements,
+)
 from stack import services
 from stack.config import StackSettings
 
 
 @pytest.fixture(scope="module")
-def database(clickhouse: StackSettings, admin_client: Client) -> tuple[Client, MigrationSettings]:
-    """One fresh database for this module. It is never dropped: dropping a consuming Kafka
-    table hangs in the pinned engine (the test state is wiped at the next session)."""
+def database(
+    clickhouse: StackSettings, admin_client: Client
+) -> Iterator[tuple[Client, MigrationSettings]]:
+    """One fresh database for this module, dropped afterwards (Kafka table included)."""
     name = f"mig_{uuid.uuid4().hex[:8]}"
     admin_client.command(f"CREATE DATABASE {name}")
     admin = AdminClient({"bootstrap.servers": clickhouse.kafka_bootstrap})
@@ -29,7 +37,8 @@ def database(clickhouse: StackSettings, admin_client: Client) -> tuple[Client, M
         readings_topic=f"{name}-readings",
         consumer_group=f"{name}-group",
     )
-    return connect(settings), settings
+    yield connect(settings), settings
+    admin_client.command(f"DROP DATABASE {name}")
 
 
 def test_fresh_then_again(database: tuple[Client, MigrationSettings]) -> None:
@@ -39,7 +48,15 @@ def test_fresh_then_again(database: tuple[Client, MigrationSettings]) -> None:
     assert apply_migrations(client, settings) == []
     assert apply_migrations(client, settings) == []
     tables = {row[0] for row in client.query("SHOW TABLES").result_rows}
-    assert {"metrics", "ingest_errors", "readings_queue", "readings_queue_mv"} <= tables
+    assert {
+        "metrics",
+        "ingest_errors",
+        "readings_queue",
+        "readings_queue_metrics_mv",
+        "readings_queue_errors_mv",
+    } <= tables
+    # 0008 replaced the row-per-reading pipeline of 0003-0007
+    assert not {"readings_stream", "readings_queue_mv", "readings_metrics_mv"} & tables
     engine = client.command(
         "SELECT engine FROM system.tables WHERE database = currentDatabase() "
         "AND name = 'readings_queue'"
@@ -68,3 +85,16 @@ def test_retention_follows_configuration(database: tuple[Client, MigrationSettin
         "WHERE database = currentDatabase() AND name = 'metrics'"
     )
     assert "toIntervalDay(7)" in create
+
+
+def test_a_file_holds_statements_ending_at_line_ends() -> None:
+    sql = (
+        "-- what and why\nDROP VIEW IF EXISTS a;\n\n"
+        "CREATE TABLE b\n(x String DEFAULT ';')\n;\nSELECT 1"
+    )
+    assert statements(sql) == [
+        "-- what and why\nDROP VIEW IF EXISTS a",
+        "CREATE TABLE b\n(x String DEFAULT ';')",
+        "SELECT 1",
+    ]
+    assert statements("-- a comment only;\n") == []

@@ -1,5 +1,5 @@
 """The wire format: pack/unpack, the documented layout, and what the real ClickHouse engine
-reads from it (RowBinary into READING_STRUCTURE, as the Kafka engine does)."""
+reads from it (RowBinary into MESSAGE_STRUCTURE, as the Kafka engine does)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import chdb
 import orjson
 import pytest
 
-from producers.message import READING_STRUCTURE, pack, unpack
+from producers.message import MESSAGE_STRUCTURE, header, pack, unpack
 from producers.reading import Reading
 
 READINGS = [
@@ -37,7 +37,8 @@ READINGS = [
 def test_layout_is_exactly_the_documented_one() -> None:
     payload = pack([Reading(1_000_002, "n1", "m", 2.5, {"a": "bc"})]).payload
     assert payload == (
-        struct.pack("<q", 1_000_002)
+        b"\x01"  # one reading
+        + struct.pack("<q", 1_000_002)
         + b"\x02n1"
         + b"\x01m"
         + struct.pack("<d", 2.5)
@@ -46,6 +47,13 @@ def test_layout_is_exactly_the_documented_one() -> None:
         + b"\x02bc"
     )
     assert pack([Reading(0, "d", "m", 0.0)]).payload.endswith(b"\x00")  # no labels
+    assert header(300) == b"\xac\x02"  # counts are varints
+    assert pack([Reading(0, "d", "m", 0.0)] * 300).payload.startswith(b"\xac\x02")
+
+
+def test_messages_back_to_back_are_one_message() -> None:
+    first, second = pack(READINGS[:2]).payload, pack(READINGS[2:]).payload
+    assert unpack(first + second) == unpack(pack(READINGS).payload)
 
 
 def test_pack_unpack_roundtrip() -> None:
@@ -78,7 +86,12 @@ def test_read_only_labels_and_float_subclasses_are_packed() -> None:
 
 @pytest.mark.parametrize(
     "bad",
-    [b"short", b"\x00" * 8 + b"\x05ab", b"\x00" * 8 + b"\x02\xff\xfe", b"\x00" * 8 + b"\xff" * 12],
+    [
+        b"\x05short",  # 5 readings announced, a few bytes follow
+        b"\x01" + b"\x00" * 8 + b"\x05ab",  # device id shorter than its length
+        b"\x01" + b"\x00" * 8 + b"\x02\xff\xfe",  # device id not UTF-8
+        b"\xff" * 12,  # a count that never ends
+    ],
 )
 def test_unpack_refuses_what_is_not_a_message(bad: bytes) -> None:
     with pytest.raises(ValueError):
@@ -88,9 +101,12 @@ def test_unpack_refuses_what_is_not_a_message(bad: bytes) -> None:
 def _clickhouse(select: str, payload: bytes, tmp_path: Path) -> list[dict]:
     path = tmp_path / "message.bin"
     path.write_bytes(payload)
-    result = chdb.query(
-        f"{select} FROM file('{path}', RowBinary, $${READING_STRUCTURE}$$)", "JSONEachRow"
+    readings = (
+        "SELECT r.timestamp AS timestamp, r.device_id AS device_id, r.metric_id AS metric_id, "
+        "r.value AS value, r.labels AS labels "
+        f"FROM file('{path}', RowBinary, $${MESSAGE_STRUCTURE}$$) ARRAY JOIN readings AS r"
     )
+    result = chdb.query(f"{select} FROM ({readings})", "JSONEachRow")
     return [orjson.loads(line) for line in result.bytes().splitlines()]
 
 

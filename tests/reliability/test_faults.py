@@ -15,7 +15,10 @@ from pathlib import Path
 
 import pytest
 from clickhouse_connect.driver.client import Client
+from confluent_kafka import Producer
 
+from producers.message import pack
+from producers.reading import Reading
 from stack import services
 from stack.config import StackSettings
 from stack.processes import wait_until
@@ -81,6 +84,39 @@ def test_poison_messages_mixed_into_the_stream(
         ),
         60,
         "every poison message in ingest_errors",
+    )
+
+
+def test_consumption_resumes_promptly_after_clickhouse_kill(clickhouse: StackSettings) -> None:
+    """A killed engine's consumers stay members of the consumer group until their session
+    times out, and the group waits for them before the new consumers get partitions: the
+    engine's session timeout (6 s, librdkafka's default is 45 s) bounds that stall."""
+    producer = Producer({"bootstrap.servers": clickhouse.kafka_bootstrap})
+
+    def store_one(client: Client, what: str) -> None:
+        device = f"resume-{uuid.uuid4().hex[:8]}"
+        reading = Reading(int(time.time() * 1e6), device, "m", 1.0, {})
+        producer.produce("readings", pack([reading]).payload, key=device)
+        assert producer.flush(30) == 0
+        wait_until(
+            lambda: (
+                client.command(
+                    "SELECT count() FROM metrics WHERE device_id = {d:String}",
+                    parameters={"d": device},
+                )
+                == 1
+            ),
+            25,
+            what,
+        )
+
+    store_one(services.clickhouse_client(clickhouse, "reader"), "the consumers to be running")
+    services.process(clickhouse, "clickhouse").kill()
+    services.start_clickhouse(clickhouse)
+    store_one(
+        services.clickhouse_client(clickhouse, "reader"),
+        "a reading produced after kill -9 of ClickHouse to be stored (the group's stall is "
+        "bounded by the engine's Kafka session timeout)",
     )
 
 
