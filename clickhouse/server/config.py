@@ -32,7 +32,7 @@ class ServerSettings(BaseSettings):
         "<data_dir>-engine.log",
     )
     engine_log_level: Literal["trace", "debug", "information", "warning", "error"] = Field(
-        "warning", description="how much the engine logs"
+        "error", description="engine log level ('warning' adds chdb's frequent scheduler notices)"
     )
     kafka_session_timeout_ms: int = Field(
         6000, ge=6000, description="a killed server's consumers leave the group after this"

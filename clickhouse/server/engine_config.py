@@ -6,6 +6,7 @@ chdb takes start-up arguments in the connection string: `<data_dir>?config-file=
 
 from __future__ import annotations
 
+from pathlib import Path
 from xml.sax.saxutils import escape
 
 from clickhouse.server.config import ServerSettings
@@ -35,9 +36,13 @@ def _elements(values: dict[str, str], indent: str) -> str:
     return "".join(f"{indent}<{name}>{escape(value)}</{name}>\n" for name, value in values.items())
 
 
-def render(settings: ServerSettings) -> str:
+def render(settings: ServerSettings, path: Path) -> str:
+    """The configuration, which is also its own users configuration: the engine reads
+    profiles only from the latter, and the engine's one user (`default`; the server's users
+    are enforced by the HTTP layer) must be declared with them."""
     return (
         "<clickhouse>\n"
+        f"  <users_config>{escape(str(path))}</users_config>\n"
         "  <logger>\n"
         f"    <log>{escape(str(settings.engine_log))}</log>\n"
         "    <console>0</console>\n"
@@ -50,6 +55,16 @@ def render(settings: ServerSettings) -> str:
         f"{_elements(PROFILE_SETTINGS, '      ')}"
         "    </default>\n"
         "  </profiles>\n"
+        "  <users>\n"
+        "    <default>\n"
+        "      <profile>default</profile>\n"
+        "      <quota>default</quota>\n"
+        "      <password></password>\n"
+        "      <networks><ip>127.0.0.1</ip><ip>::1</ip></networks>\n"
+        "      <access_management>1</access_management>\n"
+        "    </default>\n"
+        "  </users>\n"
+        "  <quotas><default></default></quotas>\n"
         "</clickhouse>\n"
     )
 
@@ -59,5 +74,5 @@ def connection_string(settings: ServerSettings) -> str:
     The log level goes on the connection string: chdb ignores the file's."""
     path = settings.data_dir.with_name(settings.data_dir.name + "-engine.xml")
     settings.engine_log.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render(settings))
+    path.write_text(render(settings, path))
     return f"{settings.data_dir}?config-file={path}&log-level={settings.engine_log_level}"
