@@ -105,6 +105,9 @@ class ClickHouseHTTPServer(ThreadingHTTPServer):
 
 class ClickHouseRequestHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # Headers and body chunks are separate small writes: with Nagle's algorithm each one
+    # after the first waits for the client's delayed ACK, 40 ms per response.
+    disable_nagle_algorithm = True
     server: ClickHouseHTTPServer
     server_version = "jobscope-clickhouse"
 

@@ -26,8 +26,15 @@ def users_from_settings(settings: ServerSettings) -> dict[str, User]:
         settings.reader_user,
         settings.reader_password.get_secret_value(),
         readonly=True,
-        # FINAL hides readings delivered twice; readonly=1 comes last so nothing lifts it.
-        forced_settings={"final": "1", "readonly": "1"},
+        # FINAL hides readings delivered twice. A reading's copies always share a partition
+        # (the day of its timestamp, which is in the dedup key), so FINAL need not merge
+        # across partitions, and a partition of one part is read without merging at all.
+        # readonly=1 comes last so nothing lifts it.
+        forced_settings={
+            "final": "1",
+            "do_not_merge_across_partitions_select_final": "1",
+            "readonly": "1",
+        },
     )
     return {admin.name: admin, reader.name: reader}
 
