@@ -78,6 +78,15 @@ def statements(sql: str) -> list[str]:
     return [p for p in parts if re.sub(r"--[^\n]*", "", p).strip()]
 
 
+def superseded(sql: str) -> list[str]:
+    """Migrations a file replaces, from its `-- supersedes: <file> <file>...` lines."""
+    return [
+        name
+        for line in re.findall(r"^--\s*supersedes:(.*)$", sql, flags=re.M)
+        for name in line.split()
+    ]
+
+
 def connect(settings: MigrationSettings) -> Client:
     return clickhouse_connect.get_client(
         host=settings.clickhouse_host,
@@ -91,29 +100,33 @@ def connect(settings: MigrationSettings) -> Client:
 def apply_migrations(
     client: Client, settings: MigrationSettings, directory: Path = MIGRATIONS_DIR
 ) -> list[str]:
-    """Apply pending migrations in order; return the names applied by this call."""
+    """Apply pending migrations in order; return the names applied by this call. One that a
+    later file supersedes is recorded without running when it is still pending (a fresh
+    database): it would only create what the later one drops."""
     client.command(
         "CREATE TABLE IF NOT EXISTS schema_migrations (name String, checksum String, "
         "applied_at DateTime64(3, 'UTC') DEFAULT now64(3)) ENGINE = MergeTree ORDER BY name"
     )
     recorded = dict(client.query("SELECT name, checksum FROM schema_migrations").result_rows)
+    texts = {path.name: path.read_text() for path in sorted(directory.glob("*.sql"))}
+    replaced_by = {old: name for name, text in texts.items() for old in superseded(text)}
     applied = []
-    for path in sorted(directory.glob("*.sql")):
-        text = path.read_text()
+    for name, text in texts.items():
         checksum = hashlib.sha256(text.encode()).hexdigest()
-        if path.name in recorded:
-            if recorded[path.name] != checksum:
+        if name in recorded:
+            if recorded[name] != checksum:
                 raise RuntimeError(
-                    f"{path.name} changed after it was applied: add a new migration instead"
+                    f"{name} changed after it was applied: add a new migration instead"
                 )
             continue
-        for statement in statements(render(text, settings.placeholders())):
-            client.command(statement)
-        client.insert(
-            "schema_migrations", [[path.name, checksum]], column_names=["name", "checksum"]
-        )
-        applied.append(path.name)
-        log.info("applied %s", path.name)
+        if name in replaced_by:  # a later file replaces what this one would create: skip it
+            log.info("skipped %s (superseded by %s)", name, replaced_by[name])
+        else:
+            for statement in statements(render(text, settings.placeholders())):
+                client.command(statement)
+            applied.append(name)
+            log.info("applied %s", name)
+        client.insert("schema_migrations", [[name, checksum]], column_names=["name", "checksum"])
     ensure_retention(client, settings.retention_days)
     return applied
 

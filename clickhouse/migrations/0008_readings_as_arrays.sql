@@ -5,6 +5,11 @@
 -- The consumer group stays: consumption continues from the offsets 0007's table committed
 -- (a message of the old layout still in the topic lands in ingest_errors, raw).
 -- Statements are idempotent: a migration that fails midway runs again from the top.
+-- A fresh database skips what this replaces (clickhouse/migrate.py), so that no consumer
+-- of the old layout ever starts:
+-- supersedes: 0003_create_readings_stream.sql 0004_create_readings_metrics_mv.sql
+-- supersedes: 0005_create_readings_errors_mv.sql 0006_create_readings_queue.sql
+-- supersedes: 0007_create_readings_queue_mv.sql
 DROP VIEW IF EXISTS readings_queue_mv;
 DROP TABLE IF EXISTS readings_queue;
 DROP VIEW IF EXISTS readings_metrics_mv;

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from clickhouse.server.errors import (
     ACCESS_DENIED,
+    NOT_IMPLEMENTED,
     READONLY,
     SYNTAX_ERROR,
     UNKNOWN_SETTING,
@@ -56,6 +57,7 @@ _INSERT = re.compile(rb"INSERT\b", re.I)
 _FORMAT_OR_VALUES = re.compile(rb"\b(?:FORMAT\s+([A-Za-z0-9_]+)|(VALUES)\b)", re.I)
 _TRAILING_FORMAT = re.compile(r"\sFORMAT\s+(\w+)(\s+SETTINGS\s+.+)?$", re.S)
 _INSERT_PARTS = re.compile(r"^(INSERT INTO .+?)(?: SETTINGS (.+?))? FORMAT (\w+)$", re.S)
+_SYNC_DROP = re.compile(r"^(?:DROP|DETACH)\b.*\bSYNC$", re.S)
 _FILE_ACCESS = re.compile(r"\bINTO OUTFILE\b|\bFROM INFILE\b", re.I)
 
 
@@ -118,6 +120,12 @@ def check_allowed(kind: str, canonical: str, readonly_user: bool, is_get: bool) 
         )
     if is_get:
         raise ClickHouseError(READONLY, "Cannot execute query in readonly mode: use POST to write")
+    if _SYNC_DROP.match(canonical):
+        raise ClickHouseError(
+            NOT_IMPLEMENTED,
+            "DROP/DETACH ... SYNC never returns in the embedded engine (chdb 4.1.7) and would "
+            "hold an engine connection forever: run it without SYNC",
+        )
 
 
 def settings_list(settings: Mapping[str, str]) -> str:

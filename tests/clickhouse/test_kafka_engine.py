@@ -10,7 +10,9 @@ import threading
 import uuid
 from collections.abc import Callable
 
+import pytest
 from clickhouse_connect.driver.client import Client
+from clickhouse_connect.driver.exceptions import DatabaseError
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -69,3 +71,14 @@ def _within(seconds: float, action: Callable[[], object], what: str) -> None:
     assert done.wait(seconds), f"{what} did not return within {seconds} s"
     if errors:
         raise errors[0]
+
+
+def test_drop_sync_is_refused_not_hung(admin_client: Client) -> None:
+    """The pinned engine never returns from DROP ... SYNC; the server says so instead."""
+    name = f"sync_{uuid.uuid4().hex[:8]}"
+    admin_client.command(f"CREATE TABLE {name} (n UInt8) ENGINE = MergeTree ORDER BY n")
+    for statement in (f"DROP TABLE {name} SYNC", f"DROP TABLE IF EXISTS default.{name}  sync"):
+        with pytest.raises(DatabaseError, match="never returns in the embedded engine"):
+            _within(20.0, lambda statement=statement: admin_client.command(statement), statement)
+    _within(20.0, lambda: admin_client.command(f"DROP TABLE {name}"), "plain DROP")
+    assert admin_client.command(f"EXISTS TABLE {name}") == 0

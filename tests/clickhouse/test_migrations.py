@@ -17,6 +17,7 @@ from clickhouse.migrate import (
     apply_migrations,
     connect,
     statements,
+    superseded,
 )
 from stack import services
 from stack.config import StackSettings
@@ -44,7 +45,11 @@ def database(
 def test_fresh_then_again(database: tuple[Client, MigrationSettings]) -> None:
     client, settings = database
     files = sorted(p.name for p in MIGRATIONS_DIR.glob("*.sql"))
-    assert apply_migrations(client, settings) == files
+    replaced = {old for p in MIGRATIONS_DIR.glob("*.sql") for old in superseded(p.read_text())}
+    assert "0006_create_readings_queue.sql" in replaced  # the consumer of the old layout
+    assert apply_migrations(client, settings) == [f for f in files if f not in replaced]
+    recorded = client.query("SELECT name FROM schema_migrations ORDER BY name").result_rows
+    assert [row[0] for row in recorded] == files  # superseded ones too: never run later
     assert apply_migrations(client, settings) == []
     assert apply_migrations(client, settings) == []
     tables = {row[0] for row in client.query("SHOW TABLES").result_rows}
@@ -62,6 +67,42 @@ def test_fresh_then_again(database: tuple[Client, MigrationSettings]) -> None:
         "AND name = 'readings_queue'"
     )
     assert engine == "Kafka"
+
+
+def test_upgrade_from_the_row_per_reading_pipeline(
+    clickhouse: StackSettings, admin_client: Client, tmp_path: Path
+) -> None:
+    """A database made by 0001-0007 (a landed release) gets 0008: the old consumer and its
+    views go, the array pipeline takes the same topic and group."""
+    name = f"up_{uuid.uuid4().hex[:8]}"
+    admin_client.command(f"CREATE DATABASE {name}")
+    settings = services.migration_settings(
+        clickhouse,
+        clickhouse_database=name,
+        readings_topic=f"{name}-readings",
+        consumer_group=f"{name}-group",
+    )
+    admin = AdminClient({"bootstrap.servers": clickhouse.kafka_bootstrap})
+    topic = settings.readings_topic
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    client = connect(settings)
+    old = tmp_path / "release"
+    old.mkdir()
+    for path in sorted(MIGRATIONS_DIR.glob("000[1-7]_*.sql")):
+        shutil.copy(path, old)
+    try:
+        apply_migrations(client, settings, old)
+        assert client.command("EXISTS TABLE readings_stream") == 1
+        assert apply_migrations(client, settings) == ["0008_readings_as_arrays.sql"]
+        tables = {row[0] for row in client.query("SHOW TABLES").result_rows}
+        assert {"readings_queue", "readings_queue_metrics_mv", "readings_queue_errors_mv"} <= tables
+        assert not {"readings_stream", "readings_queue_mv", "readings_metrics_mv"} & tables
+        assert "Array(Tuple(" in client.command(
+            "SELECT create_table_query FROM system.tables "
+            "WHERE database = currentDatabase() AND name = 'readings_queue'"
+        )
+    finally:
+        admin_client.command(f"DROP DATABASE {name}")
 
 
 def test_edited_migration_is_refused(
