@@ -6,15 +6,18 @@ Measured here, beyond the common figures:
   produced until every reading is queryable in `metrics`, through the production Kafka engine
   table and views.
 - `ingest_drain_readings_per_s`: the Kafka engine draining a topic filled beforehand, into a
-  fresh database holding the same schema (timed from creating the view that starts it).
+  fresh database given the same schema: readings per second from the consumers' first
+  messages read (system.kafka_consumers) until every reading is queryable; `consumer_start_s`
+  (applying the schema until then) and the overall rate beside it.
 - `freshness_p50_s` / `freshness_p99_s`: under the fleet's steady load (replayed in real time
   with current timestamps), how long a reading takes from produce to queryable.
 - `api_1m_readings_s`: about a million readings fetched completely through the REST API.
 - `drain_variants` (RowBinary, readings per message) and `format_variants` (RowBinary,
-  JSONEachRow, CSV through a bare Kafka table).
+  JSONEachRow, CSV, a row per reading through a bare Kafka table).
 
-The messages are the producers' own: RowBinary rows of one device and tick, byte for byte
-what producers/message.py `pack` makes of the same readings (checked before every ingest).
+The messages are the producers' own: one RowBinary array of the readings of one device and
+tick, byte for byte what producers/message.py `pack` makes of them (checked before every
+ingest). Each drain's database is dropped once its figures are taken.
 """
 
 from __future__ import annotations
@@ -22,12 +25,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import mmap
-import re
 import shutil
-import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,9 +41,9 @@ from confluent_kafka import KafkaError, Message, Producer
 from bench import payloads
 from bench.dataset import US, Dataset, utc
 from bench.systems.base import Ingest, Selection, System, free_port, run_parallel, wait_for
-from clickhouse.migrate import MIGRATIONS_DIR, MigrationSettings, apply_migrations, render
+from clickhouse.migrate import MigrationSettings, apply_migrations, render
 from producers.config import ProducerSettings
-from producers.message import pack
+from producers.message import READING_STRUCTURE, header, pack
 from producers.publisher import producer_config
 from producers.reading import Reading
 from stack import services, topics
@@ -58,15 +59,29 @@ RETENTION_DAYS = 3650
 PROBE_DEVICE = "bench-probe"
 PROBE_INTERVAL_S = 0.1
 CHECK_INTERVAL_S = 0.05
+CONSUMER_POLL_S = 0.025  # system.kafka_consumers is polled this often until messages are read
+DROP_TIMEOUT_S = 30.0  # a drain database whose DROP takes longer is left behind (logged)
 # Keyed by quick (True) or full run (False):
 VARIANT_SECONDS = {True: 50, False: 120}  # data drained per variant: 200,000 / 2.4 M readings
 API_LIMIT_S = {True: 60.0, False: 300.0}  # the API fetch is abandoned after this
 FRESHNESS_S = {True: 12, False: 60}  # length of the steady-load phase
 
-KAFKA_TABLE = re.compile(
-    r"CREATE TABLE (?:IF NOT EXISTS )?\w+(?=\s*\([^;]*ENGINE\s*=\s*Kafka)", re.I
+# The format comparison's Kafka table: a row per reading in the format under test, with the
+# Kafka settings of the production table (clickhouse/migrations/0008_readings_as_arrays.sql,
+# same placeholders, rendered by clickhouse.migrate) except the error stream.
+BARE_QUEUE = (
+    "CREATE TABLE ${TABLE} (" + READING_STRUCTURE + ")\n"
+    """ENGINE = Kafka
+SETTINGS
+    kafka_broker_list = '${KAFKA_BROKERS}',
+    kafka_topic_list = '${READINGS_TOPIC}',
+    kafka_group_name = '${CONSUMER_GROUP}',
+    kafka_format = '${FORMAT}',
+    kafka_num_consumers = ${KAFKA_CONSUMERS},
+    kafka_thread_per_consumer = 1,
+    kafka_flush_interval_ms = ${KAFKA_FLUSH_INTERVAL_MS},
+    kafka_max_block_size = 65536"""
 )
-CONSUMER_VIEW = re.compile(r"CREATE MATERIALIZED VIEW.*\bFROM\s+readings_queue\b", re.S | re.I)
 READINGS_SQL = (
     "SELECT timestamp, device_id, metric_id, value, labels FROM metrics "
     "WHERE device_id IN {devices:Array(String)} "
@@ -132,7 +147,7 @@ class Jobscope(System):
         """End to end: produce everything to `readings`, wait until all of it is queryable."""
         parts = _messages(data)
         start = time.monotonic()
-        produced = self._produce(topics.READINGS.name, parts, data, per_message=100)
+        produced = self._produce(topics.READINGS.name, parts, data, per_message=100, arrays=True)
         produce_s = time.monotonic() - start
         wait_for(
             lambda: self._count() >= data.spec.readings,
@@ -160,11 +175,15 @@ class Jobscope(System):
         parts: list[payloads.KafkaMessages],
         data: Dataset,
         per_message: int,
+        arrays: bool,
     ) -> int:
         """Send every message of `parts` (one thread and one client per part); return the
-        number of messages acknowledged."""
+        number of messages acknowledged. A message is `per_message` rows of one poll, opened
+        by the count of its readings if `arrays` (the production message: one array, see
+        producers/message.py), else the rows alone (a row per reading)."""
         sent = [0] * len(parts)
         names = [n.encode() for n in data.devices]
+        opening = header(per_message) if arrays else b""
 
         def run(i: int, part: payloads.KafkaMessages) -> None:
             producer = self._producer(topic)
@@ -179,7 +198,7 @@ class Jobscope(System):
                 mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as body,
             ):
                 for dev, a, b in part.slices(per_message):
-                    _produce_one(producer, topic, body[a:b], names[dev], on_delivery)
+                    _produce_one(producer, topic, opening + body[a:b], names[dev], on_delivery)
                     sent[i] += 1
             if producer.flush(TIMEOUT) or failures:
                 raise RuntimeError(f"Kafka delivery failed: {failures[:3]}")
@@ -211,75 +230,197 @@ class Jobscope(System):
             retention_days=RETENTION_DAYS,
         )
 
-    def _fill(self, prefix: str, data: Dataset, per_message: int, fmt: str) -> tuple[str, int]:
+    def _fill(
+        self, prefix: str, data: Dataset, per_message: int, fmt: str, arrays: bool
+    ) -> tuple[str, int]:
         """A new topic holding `data` in `fmt`; return (topic, readings produced)."""
         topic = self._fresh_topic(prefix)
         parts = _messages(data, fmt)
-        return topic, self._produce(topic, parts, data, per_message) * per_message
+        return topic, self._produce(topic, parts, data, per_message, arrays) * per_message
 
-    def _drained(self, database: str, readings: int, start: float) -> dict[str, Any]:
-        """Wait until `database.metrics` holds `readings`; the figures of a drain that started
-        (consumer created) at `start`: overall, and after the first rows became queryable
-        (which leaves out the consumer joining its group)."""
-        first: list[float] = []
+    def _drained(
+        self,
+        database: str,
+        readings: int,
+        start_consumers: Callable[[], object],
+        errors: str | None = None,
+    ) -> dict[str, Any]:
+        """Call `start_consumers` (which creates what makes `database`'s Kafka consumers
+        start) and wait until `database.metrics` holds `readings`; the figures of the drain.
 
-        def done() -> bool:
-            stored = self._count(database)
-            if stored and not first:
-                first.append(time.monotonic() - start)
-            return stored >= readings
+        From just before the call, a thread polls system.kafka_consumers every
+        CONSUMER_POLL_S until the database's consumers have read messages: `consumer_start_s`
+        is when the poll that first saw messages read was sent. `readings_per_s` is the rate
+        from then until every reading is queryable (`count()` every CHECK_INTERVAL_S),
+        `overall_readings_per_s` the rate from the call; `first_rows_s`: when rows were
+        first queryable. Fails at once if rows land in the `errors` table (every message
+        sent is valid)."""
+        assert self.admin is not None
+        first_read: list[float] = []
+        stop = threading.Event()
 
-        wait_for(done, TIMEOUT, f"the Kafka engine to fill {database}", interval=0.05)
-        seconds = time.monotonic() - start
-        rest = seconds - first[0]
+        def watch() -> None:
+            client = self._client("jobscope")
+            try:
+                while not stop.is_set():
+                    asked = time.monotonic()
+                    read = client.command(
+                        "SELECT sum(num_messages_read) FROM system.kafka_consumers "
+                        "WHERE database = {db:String}",
+                        parameters={"db": database},
+                    )
+                    if int(read):
+                        first_read.append(asked)
+                        return
+                    stop.wait(CONSUMER_POLL_S)
+            except Exception as exc:
+                log.warning("jobscope: polling system.kafka_consumers failed: %s", exc)
+            finally:
+                client.close()
+
+        sql = f"SELECT (SELECT count() FROM {database}.metrics), " + (
+            f"(SELECT count() FROM {database}.{errors})" if errors else "0"
+        )
+        watcher = threading.Thread(target=watch, name=f"watch-{database}", daemon=True)
+        start = time.monotonic()
+        watcher.start()
+        first_rows: float | None = None
+        try:
+            start_consumers()
+            while True:
+                asked = time.monotonic()
+                stored, rejected = self.admin.query(sql).first_row
+                if stored and first_rows is None:
+                    first_rows = asked - start
+                if rejected:
+                    raise RuntimeError(f"{rejected} rows in {database}.{errors}: rejected")
+                if stored >= readings:
+                    seconds = time.monotonic() - start
+                    break
+                if asked - start > TIMEOUT:
+                    raise TimeoutError(
+                        f"timed out after {TIMEOUT:.0f} s waiting for the Kafka engine to fill "
+                        f"{database} ({stored:,} of {readings:,} readings)"
+                    )
+                time.sleep(CHECK_INTERVAL_S)
+        finally:
+            stop.set()
+            watcher.join(10)
+        if stored != readings:
+            raise RuntimeError(f"{database}.metrics holds {stored} rows, {readings} sent")
+        assert first_rows is not None
+        if first_read:
+            consumer_start, source = first_read[0] - start, "system.kafka_consumers"
+        else:  # no poll saw messages read: fall back on the first rows queryable
+            consumer_start, source = first_rows, "first rows queryable"
         return {
             "readings": readings,
             "seconds": seconds,
-            "readings_per_s": readings / seconds,
-            "first_rows_s": first[0],
-            "after_first_rows_readings_per_s": readings / rest if rest > 0.1 else None,
+            "consumer_start_s": consumer_start,
+            "consumer_start_source": source,
+            "first_rows_s": first_rows,
+            "drain_seconds": seconds - consumer_start,
+            "readings_per_s": readings / (seconds - consumer_start),
+            "overall_readings_per_s": readings / seconds,
         }
 
-    def _drain(self, data: Dataset, per_message: int = 100) -> tuple[str, dict[str, Any]]:
-        """Fill a new topic, then create the whole schema in a new database that reads it;
-        return the database and the figures of `_drained`, timed from creating the view that
-        starts the Kafka consumer until every reading is queryable."""
+    @contextlib.contextmanager
+    def _drain_db(self, data: Dataset, per_message: int = 100) -> Iterator[tuple[str, dict]]:
+        """Fill a new topic with production messages, then create a new database and apply
+        every migration to it (the last statement starts the Kafka consumers); yield the
+        database and the figures of `_drained`, timed from just before the migrations. The
+        database is dropped on leaving."""
         assert self.admin is not None
-        topic, readings = self._fill("bench-drain", data, per_message, payloads.PRODUCTION_FORMAT)
+        topic, readings = self._fill(
+            "bench-drain", data, per_message, payloads.PRODUCTION_FORMAT, arrays=True
+        )
         database = topic.replace("-", "_")
-        self.admin.command(f"CREATE DATABASE IF NOT EXISTS {database}")
-        migration = self._migration(database, topic)
-        client = self._client("jobscope", database)
+        self.admin.command(f"CREATE DATABASE {database}")
         try:
-            with tempfile.TemporaryDirectory() as before_consumer:
-                for path in _migrations_before_consumer():
-                    shutil.copy(path, before_consumer)
-                apply_migrations(client, migration, Path(before_consumer))
-            start = time.monotonic()
-            apply_migrations(client, migration)  # creates the view that starts the consumer
-            figures = self._drained(database, readings, start)
+            client = self._client("jobscope", database)
+            try:
+                migration = self._migration(database, topic)
+                figures = self._drained(
+                    database,
+                    readings,
+                    lambda: apply_migrations(client, migration),
+                    errors="ingest_errors",
+                )
+            finally:
+                client.close()
+            yield database, figures
         finally:
-            client.close()
-        # The database stays: dropping a Kafka table hangs the embedded engine (the local
-        # server refuses it), so its idle consumer lives until the server stops.
-        return database, figures
+            self._drop(database)
+
+    def _drain(self, data: Dataset, per_message: int = 100) -> dict[str, Any]:
+        with self._drain_db(data, per_message) as (_, figures):
+            return figures
 
     def _drain_format(self, data: Dataset, fmt: str) -> dict[str, Any]:
-        """Drain `data` in format `fmt` (100 readings per message) through a bare pipeline:
-        the production Kafka table with another format and no error stream -> a plain view
-        -> a table like `metrics`. Compares formats with each other, not with the production
-        pipeline (which checks every row and fans out to the error table)."""
-        assert self.admin is not None
-        topic, readings = self._fill(f"bench-{fmt.lower()}", data, 100, fmt)
+        """Drain `data` in format `fmt` (100 readings per message, a row per reading) through
+        a bare pipeline: a Kafka table with the production settings but no error stream ->
+        a plain view -> a table like `metrics`. Compares formats with each other, not with
+        the production pipeline (arrays, every reading checked, fan-out to the error table).
+        Timed from creating the view (which starts the consumers); the database is dropped
+        afterwards."""
+        admin = self.admin
+        assert admin is not None
+        topic, readings = self._fill(f"bench-{fmt.lower()}", data, 100, fmt, arrays=False)
         db = topic.replace("-", "_")
-        self.admin.command(f"CREATE DATABASE {db}")
-        self.admin.command(f"CREATE TABLE {db}.metrics AS default.metrics")
-        self.admin.command(_bare_queue(self._migration(db, topic), f"{db}.queue", fmt))
-        start = time.monotonic()
-        self.admin.command(
-            f"CREATE MATERIALIZED VIEW {db}.queue_mv TO {db}.metrics AS SELECT * FROM {db}.queue"
-        )
-        return self._drained(db, readings, start)
+        admin.command(f"CREATE DATABASE {db}")
+        try:
+            admin.command(f"CREATE TABLE {db}.metrics AS default.metrics")
+            admin.command(_bare_queue(self._migration(db, topic), f"{db}.queue", fmt))
+            view = (
+                f"CREATE MATERIALIZED VIEW {db}.queue_mv TO {db}.metrics "
+                f"AS SELECT * FROM {db}.queue"
+            )
+            return self._drained(db, readings, lambda: admin.command(view))
+        finally:
+            self._drop(db)
+
+    def _drop(self, database: str) -> None:
+        """DROP DATABASE `database`, which shuts its Kafka consumers down (checked in
+        system.kafka_consumers), in a thread of its own with its own client: if it has not
+        returned after DROP_TIMEOUT_S, log a warning and go on.
+
+        Not SYNC: in the embedded engine DROP ... SYNC did not return within 40 s, even for a
+        database of one plain MergeTree table, and holds one of the server's engine
+        connections meanwhile; without it the DROP returned in 0.05-0.6 s (the engine
+        removes the dropped tables' files later, in the background)."""
+        outcome: list[BaseException | float] = []
+
+        def run() -> None:
+            began = time.monotonic()
+            try:
+                client = self._client("jobscope")
+                try:
+                    client.command(f"DROP DATABASE IF EXISTS {database}")
+                    left = client.command(
+                        "SELECT count() FROM system.kafka_consumers WHERE database = {db:String}",
+                        parameters={"db": database},
+                    )
+                    if int(left):
+                        log.warning("jobscope: %s consumers of %s left after DROP", left, database)
+                finally:
+                    client.close()
+                outcome.append(time.monotonic() - began)
+            except Exception as exc:
+                outcome.append(exc)
+
+        thread = threading.Thread(target=run, name=f"drop-{database}", daemon=True)
+        thread.start()
+        thread.join(DROP_TIMEOUT_S)
+        if not outcome:
+            log.warning(
+                "jobscope: DROP DATABASE %s still running after %.0f s: left behind",
+                database,
+                DROP_TIMEOUT_S,
+            )
+        elif isinstance(outcome[0], BaseException):
+            log.warning("jobscope: DROP DATABASE %s failed: %s", database, outcome[0])
+        else:
+            log.info("jobscope: dropped %s in %.2f s", database, outcome[0])
 
     # -- storage ---------------------------------------------------------------------------
 
@@ -298,10 +439,12 @@ class Jobscope(System):
         return self._bytes("default")
 
     def storage_bytes_of(self, data: Dataset) -> int:
-        database, figures = self._drain(data)
-        if figures["readings"] != data.spec.readings:
-            raise RuntimeError(f"{figures['readings']} of {data.spec.readings} readings produced")
-        return self._bytes(database)
+        with self._drain_db(data) as (database, figures):
+            if figures["readings"] != data.spec.readings:
+                raise RuntimeError(
+                    f"{figures['readings']} of {data.spec.readings} readings produced"
+                )
+            return self._bytes(database)
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -334,7 +477,8 @@ class Jobscope(System):
         """Each figure on its own: one that fails is recorded and the others still run."""
         out: dict[str, Any] = {}
         failed: dict[str, str] = {}
-        # Drains last: their databases (and idle Kafka consumers) stay until the server stops.
+        # Freshness and the API first, while the server holds only the production pipeline;
+        # each drain drops its database (and so its consumers) once its figures are taken.
         steps: list[tuple[str, Callable[[], dict[str, Any]]]] = [
             ("freshness", lambda: self._freshness(data, quick)),
             ("api", lambda: self._api(data, API_LIMIT_S[quick])),
@@ -354,22 +498,24 @@ class Jobscope(System):
     def _drain_figures(self, data: Dataset, quick: bool) -> dict[str, Any]:
         """The drain of the whole data set (production schema and format), then of its first
         minute(s) by readings per message and by format."""
-        whole = self._drain(data)[1]
+        whole = self._drain(data)
+        _log_drain("RowBinary, 100 readings/message, whole data set", whole)
         part = data.head(VARIANT_SECONDS[quick])
         variants = {}
         for per_message in (100, 10, 1):
-            v = whole if per_message == 100 else self._drain(part, per_message)[1]
+            v = whole if per_message == 100 else self._drain(part, per_message)
             variants[f"rowbinary_{per_message}_per_message"] = v
-            log.info(
-                "jobscope: %d readings/message: %.0f readings/s", per_message, v["readings_per_s"]
-            )
+            if per_message != 100:
+                _log_drain(f"RowBinary, {per_message} readings/message", v)
         formats = {}
         for fmt in payloads.FORMATS:
             formats[fmt] = v = self._drain_format(part, fmt)
-            log.info("jobscope: %s, bare Kafka table: %.0f readings/s", fmt, v["readings_per_s"])
+            _log_drain(f"{fmt}, bare Kafka table", v)
         return {
             "format_variants": formats,
             "ingest_drain_readings_per_s": whole["readings_per_s"],
+            "ingest_drain_overall_readings_per_s": whole["overall_readings_per_s"],
+            "consumer_start_s": whole["consumer_start_s"],
             "ingest_drain_seconds": whole["seconds"],
             "drain_variants": variants,
         }
@@ -504,14 +650,14 @@ def _produce_one(
             producer.poll(0.05)
 
 
-def _migrations_before_consumer() -> list[Path]:
-    """The migrations up to, not including, the first view that reads the Kafka table (its
-    creation starts the consumer)."""
-    files = sorted(MIGRATIONS_DIR.glob("*.sql"))
-    for i, path in enumerate(files):
-        if CONSUMER_VIEW.search(path.read_text()):
-            return files[:i]
-    return []
+def _log_drain(what: str, v: dict[str, Any]) -> None:
+    log.info(
+        "jobscope: drain, %s: %.0f readings/s after the consumer start (%.2f s), %.0f overall",
+        what,
+        v["readings_per_s"],
+        v["consumer_start_s"],
+        v["overall_readings_per_s"],
+    )
 
 
 def _messages(data: Dataset, fmt: str = payloads.PRODUCTION_FORMAT) -> list[payloads.KafkaMessages]:
@@ -525,18 +671,9 @@ def _messages(data: Dataset, fmt: str = payloads.PRODUCTION_FORMAT) -> list[payl
 
 
 def _bare_queue(production: MigrationSettings, table: str, fmt: str) -> str:
-    """CREATE TABLE `table`: the production Kafka table (its migration, rendered with
-    `production`'s settings) reading `fmt` and without the error stream."""
-    files = [p for p in sorted(MIGRATIONS_DIR.glob("*.sql")) if KAFKA_TABLE.search(p.read_text())]
-    if len(files) != 1:
-        raise RuntimeError(f"expected one Kafka table among the migrations, found {files}")
-    sql = render(re.sub(r"--[^\n]*", "", files[0].read_text()), production.placeholders())
-    sql, tables = KAFKA_TABLE.subn(f"CREATE TABLE {table}", sql)
-    sql, formats = re.subn(r"kafka_format\s*=\s*'\w+'", f"kafka_format = '{fmt}'", sql)
-    sql = re.sub(r",\s*kafka_handle_error_mode\s*=\s*'\w+'", "", sql)
-    if (tables, formats) != (1, 1):
-        raise RuntimeError(f"unexpected Kafka table migration {files[0].name}")
-    return sql.strip()
+    """CREATE TABLE `table`: a Kafka table of a row per reading in `fmt`, with the Kafka
+    settings of the production one rendered from `production` (BARE_QUEUE)."""
+    return render(BARE_QUEUE, {**production.placeholders(), "TABLE": table, "FORMAT": fmt})
 
 
 def _pack_poll(
@@ -552,13 +689,14 @@ def _pack_poll(
 
 
 def _check_format(part: payloads.KafkaMessages, data: Dataset) -> None:
-    """The first and last messages of `part` are byte for byte `pack` of their readings."""
+    """The first and last messages of `part`, as `_produce` sends them to the production
+    pipeline (the count of readings, then their rows), are byte for byte `pack`'s."""
     m, starts = data.spec.metrics, part.row_starts
     with open(part.body, "rb") as f:
         for poll in (0, len(part.polls) - 1):
             tick, dev = (int(x) for x in part.polls[poll])
             f.seek(starts[poll * m])
-            got = f.read(int(starts[(poll + 1) * m] - starts[poll * m]))
+            got = header(m) + f.read(int(starts[(poll + 1) * m] - starts[poll * m]))
             if got != _pack_poll(data, tick, dev, int(data.poll_us[tick, dev]), {}):
                 raise RuntimeError(f"bench message {poll} of {part.body} differs from `pack`")
 
