@@ -93,7 +93,8 @@ def test_upgrade_from_the_row_per_reading_pipeline(
     try:
         apply_migrations(client, settings, old)
         assert client.command("EXISTS TABLE readings_stream") == 1
-        assert apply_migrations(client, settings) == ["0008_readings_as_arrays.sql"]
+        later = sorted(p.name for p in MIGRATIONS_DIR.glob("*.sql") if p.name >= "0008")
+        assert apply_migrations(client, settings) == later
         tables = {row[0] for row in client.query("SHOW TABLES").result_rows}
         assert {"readings_queue", "readings_queue_metrics_mv", "readings_queue_errors_mv"} <= tables
         assert not {"readings_stream", "readings_queue_mv", "readings_metrics_mv"} & tables
