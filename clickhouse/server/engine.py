@@ -10,7 +10,9 @@ from __future__ import annotations
 import contextlib
 import queue
 import re
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -32,8 +34,34 @@ def quote_identifier(name: str) -> str:
     return "`" + name.replace("\\", "\\\\").replace("`", "\\`") + "`"
 
 
+class _CanonicalCache:
+    """Statement text -> canonical text, shared by the pool's connections: applications send
+    the same parameterised statements again and again, and parsing one costs an engine
+    query (~1.3 ms, a third of a small request). Least recently used entries go first."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self._size = size
+        self._entries: OrderedDict[str, str] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, statement: str) -> str | None:
+        with self._lock:
+            found = self._entries.get(statement)
+            if found is not None:
+                self._entries.move_to_end(statement)
+            return found
+
+    def put(self, statement: str, canonical: str) -> None:
+        with self._lock:
+            self._entries[statement] = canonical
+            if len(self._entries) > self._size:
+                self._entries.popitem(last=False)
+
+
 class EngineConnection:
     """One chdb connection and the database it currently uses."""
+
+    _canonical = _CanonicalCache()
 
     def __init__(self, connection_string: str) -> None:
         self._conn = chdb.connect(connection_string)
@@ -46,6 +74,8 @@ class EngineConnection:
 
     def canonical(self, statement: str) -> str:
         """The statement as ClickHouse's parser prints it; raises on several statements."""
+        if (cached := self._canonical.get(statement)) is not None:
+            return cached
         try:
             text = self.run(
                 "SELECT formatQuerySingleLine({q:String})", {"q": escape_param(statement)}, "TSVRaw"
@@ -53,7 +83,9 @@ class EngineConnection:
         except ClickHouseError as exc:
             exc.message = _PARSER_SCOPE.sub("", exc.message)
             raise
-        return text.decode().rstrip("\n")
+        canonical = text.decode().rstrip("\n")
+        self._canonical.put(statement, canonical)
+        return canonical
 
     def run(self, sql: str, params: Mapping[str, str] | None = None, fmt: str = "TSV") -> bytes:
         """Run a statement to completion and return its whole (small) output."""
