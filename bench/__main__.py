@@ -108,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         },
     )
     out = args.out_dir.resolve()
+    out.mkdir(parents=True, exist_ok=True)
     report.write_json(out / "bench-results.json", results)
     pngs = report.plots(systems, out / "bench-plots", data.spec.duration_s / 60)
     print(report.markdown(systems, results))

@@ -140,6 +140,14 @@ def markdown(systems: dict[str, dict[str, Any]], results: dict[str, Any]) -> str
         + ".",
         *[f"- {note}" for note in NOTES],
     ]
+    vm = systems.get("peer_victoriametrics", {})
+    if vm.get("values_bit_exact_fraction") is not None:
+        footer.append(
+            f"- VictoriaMetrics returned {100 * vm['values_bit_exact_fraction']:.1f}% of "
+            f"{vm['values_checked']:,} float values bit-exact (largest relative error "
+            f"{vm['values_max_relative_error']:.1e}): it keeps about 12 significant digits, "
+            "where jobscope and PostgreSQL keep float64 exactly."
+        )
     for name, error in results.get("errors", {}).items():
         footer.append(f"- FAILED {name}: {error}")
     return "\n".join(lines + footer)

@@ -6,13 +6,15 @@ import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import httpx
+import numpy as np
 import orjson
 
 from bench import payloads
 from bench.dataset import Dataset
+from bench.profiles import KEY_SELECTION, selections
 from bench.systems.base import (
     Ingest,
     Selection,
@@ -149,6 +151,35 @@ class VictoriaMetrics(System):
 
     def count(self, fetched: bytes) -> int:
         return sum(len(orjson.loads(line)["values"]) for line in fetched.splitlines() if line)
+
+    def extra_measurements(self, data: Dataset, quick: bool) -> dict[str, Any]:
+        """How exactly the float values come back: VictoriaMetrics keeps a decimal mantissa
+        of about 12 significant digits, fewer bits to store than float64 (which jobscope and
+        PostgreSQL keep), so its bytes per reading are not for the same information."""
+        selection = next(s for s in selections(data.spec)[0] if s.name == KEY_SELECTION)
+        devices = {name: i for i, name in enumerate(data.devices)}
+        metrics = {name: i for i, name in enumerate(data.metrics)}
+        received = exact = 0
+        worst = 0.0
+        for line in self.fetch(data, selection).splitlines():
+            series = orjson.loads(line)
+            d = devices[series["metric"]["device"]]
+            m = metrics[series["metric"]["__name__"]]
+            ms = data.poll_us[:, d] // 1000
+            ticks = np.searchsorted(ms, np.asarray(series["timestamps"], dtype=np.int64))
+            ours = data.values[ticks, d, m]
+            theirs = np.asarray(series["values"], dtype=np.float64)
+            received += len(theirs)
+            exact += int((ours.view(np.int64) == theirs.view(np.int64)).sum())
+            nonzero = ours != 0
+            if nonzero.any():
+                error = np.abs(theirs - ours)[nonzero] / np.abs(ours[nonzero])
+                worst = max(worst, float(error.max()))
+        return {
+            "values_bit_exact_fraction": exact / received if received else None,
+            "values_max_relative_error": worst,
+            "values_checked": received,
+        }
 
     def storage_bytes_of(self, data: Dataset) -> int:
         other = VictoriaMetrics(self.workdir.with_name(self.workdir.name + "-" + data.spec.key()))
