@@ -34,6 +34,9 @@ class ServerSettings(BaseSettings):
     engine_log_level: Literal["trace", "debug", "information", "warning", "error"] = Field(
         "error", description="engine log level ('warning' adds chdb's frequent scheduler notices)"
     )
+    uncompressed_cache_bytes: int = Field(
+        256 << 20, ge=0, description="decompressed blocks kept for repeated reads (0: none)"
+    )
     kafka_session_timeout_ms: int = Field(
         6000, ge=6000, description="a killed server's consumers leave the group after this"
     )
