@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 import urllib.request
 from pathlib import Path
@@ -13,6 +14,8 @@ from clickhouse.migrate import MigrationSettings, apply_migrations, connect
 from stack import kafka_broker, secrets, topics
 from stack.config import REPO_ROOT, StackSettings
 from stack.processes import ManagedProcess, wait_until
+
+log = logging.getLogger("jobscope.stack")
 
 
 def component_env(settings: StackSettings) -> dict[str, str]:
@@ -135,15 +138,39 @@ def start_api(settings: StackSettings, timeout: float = 60.0) -> None:
 STOP_ORDER = ("api", "producers", "clickhouse", "kafka")
 
 
-def stop_all(settings: StackSettings) -> list[str]:
+def stop_all(settings: StackSettings, drain_timeout: float = 15.0) -> list[str]:
     """Stop every process this state directory started (extra ones, e.g. a second producer,
-    before ClickHouse and Kafka); return the names stopped."""
+    before ClickHouse and Kafka); return the names stopped. Once nothing produces, ClickHouse
+    gets up to `drain_timeout` to consume what is left in the readings topic, so that a
+    stopped stack holds every reading (and an upgrade that changes the message layout finds
+    none of the old one in flight)."""
     known = {p.stem for p in settings.pid_dir.glob("*.pid")} if settings.pid_dir.exists() else set()
     extra = sorted(known - set(STOP_ORDER))
     stopped = []
     for name in ("api", *extra, "producers", "clickhouse", "kafka"):
         proc = process(settings, name)
+        if name == "clickhouse" and proc.is_running() and process(settings, "kafka").is_running():
+            _drain_readings(settings, drain_timeout)
         if proc.is_running():
             proc.stop(timeout=30)
             stopped.append(name)
     return stopped
+
+
+def _drain_readings(settings: StackSettings, timeout: float) -> None:
+    migration = migration_settings(settings)
+
+    def consumed() -> bool:
+        lag = topics.consumer_lag(
+            settings.kafka_bootstrap, migration.consumer_group, migration.readings_topic
+        )
+        return lag == 0
+
+    try:
+        wait_until(consumed, timeout, "ClickHouse to consume the readings topic")
+    except TimeoutError:
+        log.warning(
+            "stopping with readings not yet consumed after %.0f s: they stay in Kafka and are "
+            "consumed at the next start",
+            timeout,
+        )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from confluent_kafka import KafkaException
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 
@@ -40,3 +40,22 @@ def ensure_topics(
         except KafkaException as exc:
             if exc.args[0].name() != "TOPIC_ALREADY_EXISTS":
                 raise RuntimeError(f"cannot create topic {name}: {exc}") from exc
+
+
+def consumer_lag(bootstrap: str, group: str, topic: str, timeout: float = 10.0) -> int:
+    """Messages of `topic` that consumer group `group` has not committed yet (a group that
+    never committed counts from the start of the topic)."""
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False}
+    )
+    try:
+        metadata = consumer.list_topics(topic, timeout=timeout).topics[topic]
+        partitions = [TopicPartition(topic, p) for p in metadata.partitions]
+        committed = consumer.committed(partitions, timeout=timeout)
+        lag = 0
+        for tp in committed:
+            low, high = consumer.get_watermark_offsets(tp, timeout=timeout)
+            lag += high - (tp.offset if tp.offset >= 0 else low)
+        return lag
+    finally:
+        consumer.close()
