@@ -3,7 +3,8 @@
 -- its CPU per reading. This replaces the pipeline of 0003-0007 (a row per reading, a Null
 -- table fanning out to two views) by one Kafka table and two views reading it directly.
 -- The consumer group stays: consumption continues from the offsets 0007's table committed
--- (a message of the old layout still in the topic lands in ingest_errors, raw).
+-- (a message of the old layout still in the topic lands in ingest_errors, raw; stopping the
+-- old release with this one's `make down` lets it consume the topic first, leaving none).
 -- Statements are idempotent: a migration that fails midway runs again from the top.
 -- A fresh database skips what this replaces (clickhouse/migrate.py), so that no consumer
 -- of the old layout ever starts:
