@@ -17,5 +17,13 @@ class ApiSettings(BaseSettings):
     clickhouse_reader_password: SecretStr = Field(description="the API only reads: read-only user")
     clickhouse_database: str = "default"
     kafka_bootstrap: str = "127.0.0.1:9092"
+    jobs_topic: str = Field("jobs", description="job writes are published here")
+    admin_token: SecretStr | None = Field(None, description="bearer token with every role")
+    scheduler_token: SecretStr | None = Field(
+        None, description="bearer token of the scheduler hooks: writes jobs"
+    )
+    job_visible_timeout_s: float = Field(
+        5.0, ge=0, description="a job write waits this long to be queryable (201), else 202"
+    )
     default_window_s: int = Field(300, gt=0, description="start_time defaults to end_time - this")
     health_timeout_s: float = Field(2.0, gt=0)

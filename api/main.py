@@ -10,14 +10,17 @@ from fastapi import FastAPI
 from api import errors
 from api.clickhouse import ClickHouseProvider
 from api.config import ApiSettings
-from api.routes import health, metrics
+from api.kafka import KafkaPublisher
+from api.routes import devices, health, jobs, metrics
 
 
 def create_app(settings: ApiSettings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.clickhouse = ClickHouseProvider(settings)
+        app.state.kafka = KafkaPublisher(settings)
         yield
+        app.state.kafka.close()
         app.state.clickhouse.close()
 
     app = FastAPI(
@@ -29,5 +32,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
     app.state.settings = settings
     errors.install(app)
     app.include_router(metrics.router)
+    app.include_router(jobs.router)
+    app.include_router(devices.router)
     app.include_router(health.router)
     return app

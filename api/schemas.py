@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from enum import StrEnum
+
+import hostlist
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from api.params import TIME_HELP, device_name, to_time
 
 
 class Reading(BaseModel):
@@ -32,3 +37,156 @@ class Health(BaseModel):
 class ErrorBody(BaseModel):
     error: str
     parameter: str | None = None
+
+
+class JobState(StrEnum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    TERMINATED = "terminated"
+    ERROR = "error"
+
+
+JOB_ID_PATTERN = r"^[^\s/\x00-\x1f]{1,256}$"
+TIME_EXAMPLES = ["2026-11-23T10:00:00+01:00", 1795424400]
+
+
+class JobFields(BaseModel):
+    """What a scheduler says of a job; every field is optional in a PATCH."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    user: str | None = Field(None, max_length=256, examples=["alice"])
+    project: str | None = Field(None, max_length=256, examples=["energy-study"])
+    queue: str | None = Field(None, max_length=256, examples=["default"])
+    nodes: list[str] | str | None = Field(
+        None,
+        description="host names, or one hostlist expression (Slurm's `node-[1-4,7],gpu-[01-03]`); "
+        "a domain suffix is dropped (`node-1.site.org` is `node-1`)",
+        examples=[["node-1", "node-2"], "node-[1-4,7]"],
+    )
+    start: str | float | None = Field(
+        None, description="ISO 8601 (UTC without offset) or Unix seconds", examples=TIME_EXAMPLES
+    )
+    end: str | float | None = Field(
+        None, description="as start; null while the job runs", examples=[None]
+    )
+    state: JobState | None = Field(None, examples=["running"])
+    site: str | None = Field(None, max_length=256, examples=["nancy"])
+    labels: dict[str, str] | None = Field(None, examples=[{"name": "stress-test"}])
+
+    @field_validator("nodes")
+    @classmethod
+    def _expand_nodes(cls, value: list[str] | str | None) -> list[str] | None:
+        if value is None:
+            return None
+        try:
+            names = hostlist.expand_hostlist(value) if isinstance(value, str) else value
+        except hostlist.BadHostlist as exc:
+            raise ValueError(f"{value!r} is not a hostlist expression: {exc}") from exc
+        nodes = list(dict.fromkeys(device_name(n.strip()) for n in names if n.strip()))
+        if len(nodes) > MAX_JOB_NODES:
+            raise ValueError(f"more than {MAX_JOB_NODES} nodes")
+        return nodes
+
+    @field_validator("start", "end")
+    @classmethod
+    def _check_time(cls, value: str | float | None) -> str | None:
+        if value is None or value == "":
+            return None
+        try:
+            return to_time(value).isoformat() + "+00:00"
+        except (ValueError, OverflowError, OSError) as exc:
+            raise ValueError(f"{value!r} is not {TIME_HELP}") from exc
+
+
+MAX_JOB_NODES = 100_000
+
+
+class JobCreate(JobFields):
+    job_id: str = Field(
+        pattern=JOB_ID_PATTERN,
+        description="the scheduler's id: OAR's integers, Slurm's `1234_5` or `1234+0`",
+        examples=["4242"],
+    )
+    state: JobState = Field(JobState.RUNNING, examples=["running"])
+
+
+class Job(BaseModel):
+    """A job as stored: the newest version the scheduler sent."""
+
+    job_id: str = Field(examples=["4242"])
+    user: str = Field(examples=["alice"])
+    project: str = Field(examples=[""])
+    queue: str = Field(examples=["default"])
+    nodes: list[str] = Field(examples=[["node-1", "node-2"]])
+    start: str | None = Field(examples=["2026-11-23T09:00:00.000000+00:00"])
+    end: str | None = Field(examples=[None], description="null while the job runs")
+    state: JobState = Field(examples=["running"])
+    site: str = Field(examples=[""])
+    labels: dict[str, str] = Field(examples=[{}])
+    updated_at: str = Field(examples=["2026-11-23T09:00:00.123456+00:00"])
+
+
+class CatalogEntry(BaseModel):
+    """A metric present in a job's scope (Kwollect's available metrics, with counts)."""
+
+    device_id: str = Field(examples=["node-1"])
+    metric_id: str = Field(examples=["bmc_power_watt"])
+    count: int = Field(examples=[3600])
+    first: str = Field(examples=["2026-11-23T09:00:00.512000+00:00"])
+    last: str = Field(examples=["2026-11-23T09:59:59.512000+00:00"])
+
+
+class MetricSummary(BaseModel):
+    device_id: str = Field(examples=["node-1"])
+    metric_id: str = Field(examples=["bmc_power_watt"])
+    min: float = Field(examples=[112.0])
+    avg: float = Field(examples=[151.3])
+    max: float = Field(examples=[188.0])
+    last: float = Field(examples=[140.0])
+    count: int = Field(examples=[3600])
+
+
+class NodeEnergy(BaseModel):
+    """Energy of one node by one source: a power metric of the node itself (its BMC) or of
+    the devices aliased to it (PDU outlets, wattmeter channels), summed over those devices."""
+
+    node: str = Field(examples=["node-1"])
+    metric_id: str = Field(examples=["bmc_power_watt"])
+    sources: list[str] = Field(
+        description="the devices that measured it: the node itself, or its aliased devices",
+        examples=[["node-1"]],
+    )
+    joules: float = Field(examples=[543210.5])
+    covered_s: float = Field(
+        description="seconds of the job the integral covers (gaps over 3 periods excluded; "
+        "with several devices, the least any of them covers)",
+        examples=[3599.0],
+    )
+    readings: int = Field(examples=[3600])
+
+
+class EnergyTotal(BaseModel):
+    metric_id: str = Field(examples=["bmc_power_watt"])
+    joules: float = Field(examples=[1086421.0])
+    nodes: int = Field(examples=[2])
+
+
+class JobSummary(BaseModel):
+    job_id: str = Field(examples=["4242"])
+    start: str | None = Field(examples=["2026-11-23T09:00:00.000000+00:00"])
+    end: str | None = Field(description="the end of the span summarised (now while it runs)")
+    duration_s: float = Field(examples=[3600.0])
+    metrics: list[MetricSummary]
+    energy: list[NodeEnergy]
+    energy_total: list[EnergyTotal] = Field(description="per source (power metric), over the nodes")
+
+
+class DeviceInfo(BaseModel):
+    device_id: str = Field(examples=["node-1"])
+    metrics: int = Field(examples=[20])
+    last_reading: str = Field(examples=["2026-11-23T09:59:59.512000+00:00"])
+
+
+class LatestReading(Reading):
+    """The newest reading of one series."""

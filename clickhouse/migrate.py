@@ -36,6 +36,7 @@ class MigrationSettings(BaseSettings):
     clickhouse_database: str = "default"
     kafka_bootstrap: str = "127.0.0.1:9092"
     readings_topic: str = "readings"
+    jobs_topic: str = "jobs"
     consumer_group: str = "jobscope-clickhouse"
     kafka_consumers: int = Field(2, ge=1, description="Kafka engine consumers (<= partitions)")
     kafka_flush_interval_ms: int = Field(
@@ -53,6 +54,7 @@ class MigrationSettings(BaseSettings):
         return {
             "KAFKA_BROKERS": self.kafka_bootstrap,
             "READINGS_TOPIC": self.readings_topic,
+            "JOBS_TOPIC": self.jobs_topic,
             "CONSUMER_GROUP": self.consumer_group,
             "KAFKA_CONSUMERS": str(self.kafka_consumers),
             "KAFKA_FLUSH_INTERVAL_MS": str(self.kafka_flush_interval_ms),
@@ -131,20 +133,27 @@ def apply_migrations(
     return applied
 
 
+# The tables whose TTL follows the configured retention, with the time their TTL counts from.
+RETAINED = {"metrics": "toDateTime(timestamp)", "metrics_1m": "bucket"}
+
+
 def ensure_retention(client: Client, days: int) -> None:
-    """Re-apply the TTL of raw readings when the configured retention changed."""
-    create = client.command(
-        "SELECT create_table_query FROM system.tables "
-        "WHERE database = currentDatabase() AND name = 'metrics'"
-    )
-    match = re.search(r"toIntervalDay\((\d+)\)", str(create))  # how ClickHouse stores the TTL
-    if match is None:
-        raise RuntimeError("metrics has no TTL in days: cannot check the retention")
-    if int(match.group(1)) != days:
-        client.command(
-            f"ALTER TABLE metrics MODIFY TTL toDateTime(timestamp) + INTERVAL {days:d} DAY"
+    """Re-apply the TTL of raw readings (and their 1-minute rollup) when the configured
+    retention changed."""
+    for table, since in RETAINED.items():
+        create = client.command(
+            "SELECT create_table_query FROM system.tables "
+            "WHERE database = currentDatabase() AND name = {table:String}",
+            parameters={"table": table},
         )
-        log.info("retention of metrics changed to %d days", days)
+        if not create:  # a later migration creates it (a directory of older migrations)
+            continue
+        match = re.search(r"toIntervalDay\((\d+)\)", str(create))  # how ClickHouse stores it
+        if match is None:
+            raise RuntimeError(f"{table} has no TTL in days: cannot check the retention")
+        if int(match.group(1)) != days:
+            client.command(f"ALTER TABLE {table} MODIFY TTL {since} + INTERVAL {days:d} DAY")
+            log.info("retention of %s changed to %d days", table, days)
 
 
 def main() -> int:

@@ -1,4 +1,5 @@
-"""Passwords of the embedded default: generated once into state/secrets.env (mode 600)."""
+"""Passwords and API tokens of the embedded default: generated once into state/secrets.env
+(mode 600). A file from an older release gets the names it lacks added."""
 
 from __future__ import annotations
 
@@ -6,7 +7,13 @@ import os
 import secrets
 from pathlib import Path
 
-NAMES = ("JOBSCOPE_CLICKHOUSE_ADMIN_PASSWORD", "JOBSCOPE_CLICKHOUSE_READER_PASSWORD")
+NAMES = (
+    "JOBSCOPE_CLICKHOUSE_ADMIN_PASSWORD",
+    "JOBSCOPE_CLICKHOUSE_READER_PASSWORD",
+    # API tokens (Authorization: Bearer ...): every role, and the scheduler's (writes jobs).
+    "JOBSCOPE_ADMIN_TOKEN",
+    "JOBSCOPE_SCHEDULER_TOKEN",
+)
 
 
 def load_or_create(state_dir: Path) -> dict[str, str]:

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 from clickhouse_connect.driver.client import Client
 
-from stack import services
+from stack import secrets, services
 from stack.config import REPO_ROOT, StackSettings
 
 
@@ -67,3 +67,13 @@ def api_url(clickhouse: StackSettings) -> Iterator[str]:
     services.start_api(clickhouse)
     yield clickhouse.api_url
     services.process(clickhouse, "api").stop()
+
+
+@pytest.fixture(scope="session")
+def api_tokens(stack_settings: StackSettings) -> dict[str, str]:
+    """The test stack's API tokens by role (generated into its secrets.env like make up's)."""
+    values = secrets.load_or_create(stack_settings.state_dir)
+    return {
+        "admin": values["JOBSCOPE_ADMIN_TOKEN"],
+        "scheduler": values["JOBSCOPE_SCHEDULER_TOKEN"],
+    }

@@ -1,45 +1,264 @@
-"""The readings query: devices x metrics x time range, parameters bound server-side."""
+"""The readings query: a selection of devices, metrics, labels and time, as Kwollect answers
+it (aliased devices summed under the node they measure), optionally as rates or aggregated
+by step. Every value is a bound parameter; the SQL text depends only on which options are
+used, never on their values.
+
+Inner queries produce the columns `ts` (DateTime64), `device_id`, `metric_id`, `value` and
+`lab` (labels); `api/formats.py` projects them into the format asked for.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
-# Kwollect's timestamp: ISO 8601 with microseconds and offset (always UTC here).
-_TIMESTAMP = "formatDateTime(timestamp, '%Y-%m-%dT%H:%i:%S.%f+00:00')"
+from api.params import NamePatterns
+
+ALIAS = "_device_alias"
+_SPAN = "{start:DateTime64(6, 'UTC')} AND {end:DateTime64(6, 'UTC')}"
+# Devices whose readings carry `_device_alias` = one of the selected devices over the span.
+_ALIASED = (
+    "SELECT device_id FROM device_aliases WHERE alias IN {devices:Array(String)} "
+    "AND last_seen >= {start:DateTime64(6, 'UTC')} AND first_seen <= {end:DateTime64(6, 'UTC')}"
+)
+_NO_ALIAS = f"mapFilter((k, v) -> k != '{ALIAS}', labels)"
+
+
+def _aliased_rows(table: str) -> str:
+    """Rows of `table` from devices that measure one of the selected devices. (Qualified:
+    a query whose output renames the alias to `device_id` must not see it here.)"""
+    return (
+        f"({table}.device_id IN ({_ALIASED}) "
+        f"AND {table}.labels['{ALIAS}'] IN {{devices:Array(String)}})"
+    )
+
+
+def _with_origins(devices: str) -> str:
+    """Labels of a sum over aliased devices: theirs without the alias, plus `_device_orig`."""
+    return (
+        f"mapUpdate({_NO_ALIAS}, map('_device_orig', "
+        f"arrayStringConcat(arraySort(groupArray({devices})), ',')))"
+    )
 
 
 @dataclass(frozen=True)
-class ReadingsSelection:
+class Selection:
+    """Readings of `devices` between `start` and `end` (inclusive, naive UTC).
+
+    Besides a device's own readings, those labelled `_device_alias=<device>` come back under
+    the device's id, summed over the devices sharing the alias at each instant, with the
+    original devices in the label `_device_orig` (Kwollect's rule). `measured` (a job's scope)
+    also returns those aliased readings under their own device id. `only` keeps the output
+    rows of these device ids.
+    """
+
     devices: tuple[str, ...]
-    metrics: tuple[str, ...]
     start: datetime
     end: datetime
+    metrics: NamePatterns = field(default_factory=NamePatterns)
+    labels: dict[str, str] = field(default_factory=dict)
+    measured: bool = False
+    only: tuple[str, ...] = ()
 
 
-def readings_query(selection: ReadingsSelection) -> tuple[str, dict[str, Any]]:
-    """SQL and parameters selecting the readings, oldest first.
+def _filters(s: Selection, params: dict[str, Any]) -> list[str]:
+    """Conditions on raw rows common to every branch: metrics and labels."""
+    where = []
+    if s.metrics:
+        params["metrics"] = list(s.metrics.exact)
+        params["metric_globs"] = list(s.metrics.like)
+        where.append(
+            "(metric_id IN {metrics:Array(String)} "
+            "OR arrayExists(p -> metric_id LIKE p, {metric_globs:Array(String)}))"
+        )
+    for i, (key, value) in enumerate(sorted(s.labels.items())):
+        params[f"label_key_{i}"], params[f"label_value_{i}"] = key, value
+        where.append(f"labels[{{label_key_{i}:String}}] = {{label_value_{i}:String}}")
+    return where
 
-    The output column `timestamp` is the formatted string, so the table's column is
-    always named `metrics.timestamp`. Times are naive UTC datetimes.
-    """
-    where = [
-        "device_id IN {devices:Array(String)}",
-        "metrics.timestamp >= {start:DateTime64(6, 'UTC')}",
-        "metrics.timestamp <= {end:DateTime64(6, 'UTC')}",
-    ]
-    params: dict[str, Any] = {
-        "devices": list(selection.devices),
-        "start": selection.start,
-        "end": selection.end,
-    }
-    if selection.metrics:
-        where.append("metric_id IN {metrics:Array(String)}")
-        params["metrics"] = list(selection.metrics)
-    sql = (
-        f"SELECT {_TIMESTAMP} AS timestamp, device_id, metric_id, value, labels "
-        f"FROM metrics WHERE {' AND '.join(where)} "
-        "ORDER BY metrics.timestamp, device_id, metric_id"
+
+def _params(s: Selection) -> dict[str, Any]:
+    return {"devices": list(s.devices), "start": s.start, "end": s.end}
+
+
+def _own_rows_condition(s: Selection, table: str = "metrics") -> str:
+    """Rows of `table` returned under their own device id."""
+    own = f"{table}.device_id IN {{devices:Array(String)}}"
+    return f"({own} OR {_aliased_rows(table)})" if s.measured else own
+
+
+def _reach(table: str) -> str:
+    """Rows of `table` that any output row is made of."""
+    return f"({table}.device_id IN {{devices:Array(String)}} OR {_aliased_rows(table)})"
+
+
+def scope_rows(s: Selection, params: dict[str, Any]) -> str:
+    """SQL of the selected readings, unordered: own rows, then alias sums."""
+    params.update(_params(s))
+    extra = "".join(f" AND {c}" for c in _filters(s, params))
+    own = (
+        f"SELECT timestamp AS ts, device_id, metric_id, value, "
+        f"if(mapContains(labels, '{ALIAS}'), {_NO_ALIAS}, labels) AS lab "
+        f"FROM metrics WHERE metrics.timestamp BETWEEN {_SPAN} AND {_own_rows_condition(s)}{extra}"
     )
-    return sql, params
+    aliased = (
+        f"SELECT timestamp AS ts, labels['{ALIAS}'] AS device_id, metric_id, sum(value) AS value, "
+        f"{_with_origins('metrics.device_id')} AS lab "
+        f"FROM metrics WHERE metrics.timestamp BETWEEN {_SPAN} AND {_aliased_rows('metrics')}{extra} "
+        f"GROUP BY ts, device_id, metric_id, {_NO_ALIAS}"
+    )
+    rows = f"{own} UNION ALL {aliased}"
+    if s.only:
+        params["only"] = list(s.only)
+        rows = f"SELECT * FROM ({rows}) WHERE device_id IN {{only:Array(String)}}"
+    return rows
+
+
+# Counters wrap at 2^32 (SNMP Counter32) or 2^64; a decrease from the upper half of either
+# range is a wrap, any other decrease a reset (the counter restarted from 0).
+_RATE = (
+    "if(n = 1 OR ts = prev_ts, NULL, multiIf("
+    "value >= prev_value, value - prev_value, "
+    "prev_value >= 2147483648 AND prev_value < 4294967296, 4294967296 - prev_value + value, "
+    "prev_value >= 9223372036854775808, 18446744073709551616 - prev_value + value, "
+    "value) / (dateDiff('microsecond', prev_ts, ts) / 1e6))"
+)
+
+
+def as_rate(rows: str) -> str:
+    """Per-second rate of each series (device, metric, labels) from its previous reading:
+    null for the first reading of a series, as in Kwollect; correct across counter wraps
+    and resets (see _RATE). The stored counter is untouched."""
+    return (
+        f"SELECT ts, device_id, metric_id, {_RATE} AS value, lab FROM ("
+        "SELECT ts, device_id, metric_id, value, lab, "
+        "lagInFrame(value) OVER w AS prev_value, lagInFrame(ts) OVER w AS prev_ts, "
+        f"row_number() OVER w AS n FROM ({rows}) "
+        "WINDOW w AS (PARTITION BY device_id, metric_id, sipHash64(lab) ORDER BY ts "
+        "ROWS BETWEEN 1 PRECEDING AND CURRENT ROW))"
+    )
+
+
+# ---- aggregation by step -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Part:
+    """One partial aggregate: its column in a rollup, how raw readings make it, how parts
+    of one bucket merge."""
+
+    rollup: str
+    raw: str
+    merge: str
+
+
+_PARTS = {
+    "count": Part("count", "count()", "sum"),
+    "sum": Part("sum", "sum(value)", "sum"),
+    "min": Part("min", "min(value)", "min"),
+    "max": Part("max", "max(value)", "max"),
+    "first": Part("first", "argMinState(value, timestamp)", "argMinMerge"),
+    "last": Part("last", "argMaxState(value, timestamp)", "argMaxMerge"),
+    "quantiles": Part(
+        "quantiles",
+        "quantilesTDigestState(0.5, 0.95)(value)",
+        "quantilesTDigestMerge(0.5, 0.95)",
+    ),
+}
+# agg -> (parts it needs, value from the merged parts p_<name>)
+AGGS: dict[str, tuple[tuple[str, ...], str]] = {
+    "avg": (("sum", "count"), "p_sum / p_count"),
+    "sum": (("sum",), "p_sum"),
+    "count": (("count",), "toFloat64(p_count)"),
+    "min": (("min",), "p_min"),
+    "max": (("max",), "p_max"),
+    "first": (("first",), "p_first"),
+    "last": (("last",), "p_last"),
+    "median": (("quantiles",), "p_quantiles[1]"),
+    "p95": (("quantiles",), "p_quantiles[2]"),
+    # Kwollect's summary: the largest value of a counter (`_total`), the mean of the rest.
+    "kwollect": (
+        ("sum", "count", "max"),
+        "if(endsWith(metric_id, '_total'), p_max, p_sum / p_count)",
+    ),
+}
+ROLLUPS = ((3600, "metrics_1h"), (60, "metrics_1m"))
+_BUCKET = "toStartOfInterval({time}, toIntervalSecond({{step:UInt32}}))"
+
+
+def rollup_for(step_s: int) -> tuple[int, str] | None:
+    """The coarsest rollup whose buckets tile buckets of `step_s` seconds."""
+    for width, table in ROLLUPS:
+        if step_s % width == 0:
+            return width, table
+    return None
+
+
+def _full_buckets(start: datetime, end: datetime, width: int) -> tuple[datetime, datetime]:
+    """[from, to): the rollup buckets lying wholly inside [start, end] (empty if from >= to)."""
+    epoch = datetime(1970, 1, 1)
+    first = epoch + timedelta(seconds=-((epoch - start) // timedelta(seconds=width)) * width)
+    last = epoch + (
+        (end + timedelta(microseconds=1) - epoch) // timedelta(seconds=width)
+    ) * timedelta(seconds=width)
+    return first, max(first, last)
+
+
+def stepped_rows(s: Selection, step_s: int, agg: str, params: dict[str, Any]) -> str:
+    """One row per series and bucket of `step_s` seconds (aligned on the Unix epoch), the
+    bucket's start as its time. Whole rollup buckets inside the span come from the rollup;
+    the span's ragged ends, and steps no rollup tiles, from raw readings. A node's aliased
+    devices are summed bucket by bucket (the sum of their aggregates)."""
+    parts, final = AGGS[agg]
+    params.update(_params(s))
+    params["step"] = step_s
+    extra = "".join(f" AND {c}" for c in _filters(s, params))
+    series = "device_id, metric_id, labels_hash"
+    raw_cols = ", ".join(f"{_PARTS[p].raw} AS p_{p}" for p in parts)
+    rollup = rollup_for(step_s)
+    if rollup is None:
+        states = (
+            f"SELECT {_BUCKET.format(time='metrics.timestamp')} AS t, "
+            f"device_id, metric_id, sipHash64(metrics.labels) AS labels_hash, any(labels) AS lab, "
+            f"{raw_cols} FROM metrics WHERE metrics.timestamp BETWEEN {_SPAN} AND {_reach('metrics')}{extra} "
+            f"GROUP BY t, {series}"
+        )
+    else:
+        width, table = rollup
+        params["full_from"], params["full_to"] = _full_buckets(s.start, s.end, width)
+        in_full = (
+            "metrics.timestamp >= {full_from:DateTime64(6, 'UTC')} "
+            "AND metrics.timestamp < {full_to:DateTime64(6, 'UTC')}"
+        )
+        rollup_cols = ", ".join(f"{_PARTS[p].rollup} AS p_{p}" for p in parts)
+        states = (
+            f"SELECT bucket AS t, {series}, labels AS lab, {rollup_cols} FROM {table} "
+            "WHERE bucket >= {full_from:DateTime64(6, 'UTC')} "
+            f"AND bucket < {{full_to:DateTime64(6, 'UTC')}} AND {_reach(table)}{extra} "
+            "UNION ALL "
+            f"SELECT {_BUCKET.format(time='metrics.timestamp')} AS t, "
+            f"device_id, metric_id, sipHash64(metrics.labels) AS labels_hash, any(labels) AS lab, "
+            f"{raw_cols} FROM metrics WHERE metrics.timestamp BETWEEN {_SPAN} "
+            f"AND NOT ({in_full}) AND {_reach('metrics')}{extra} GROUP BY t, {series}"
+        )
+    merged_cols = ", ".join(f"{_PARTS[p].merge}(p_{p}) AS p_{p}" for p in parts)
+    buckets = (
+        f"SELECT ts, device_id, metric_id, labels, {final} AS value FROM ("
+        f"SELECT toDateTime64({_BUCKET.format(time='t')}, 6, 'UTC') AS ts, "
+        f"device_id, metric_id, labels_hash, any(lab) AS labels, {merged_cols} "
+        f"FROM ({states}) GROUP BY ts, device_id, metric_id, labels_hash)"
+    )
+    rows = (
+        f"SELECT ts, device_id, metric_id, value, {_NO_ALIAS} AS lab FROM ({buckets}) AS b "
+        f"WHERE {_own_rows_condition(s, 'b')} "
+        "UNION ALL "
+        f"SELECT ts, labels['{ALIAS}'] AS device_id, metric_id, sum(value) AS value, "
+        f"{_with_origins('b.device_id')} AS lab "
+        f"FROM ({buckets}) AS b WHERE labels['{ALIAS}'] IN {{devices:Array(String)}} "
+        f"GROUP BY ts, device_id, metric_id, {_NO_ALIAS}"
+    )
+    if s.only:
+        params["only"] = list(s.only)
+        rows = f"SELECT * FROM ({rows}) WHERE device_id IN {{only:Array(String)}}"
+    return rows

@@ -1,117 +1,180 @@
-"""GET /api/metrics: Kwollect's readings query, streamed as a JSON array."""
+"""GET /api/metrics: Kwollect's readings query (devices or a job, metrics, time range,
+summary, as_rate), with jobscope's steps, aggregates, label filters and formats."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
-from typing import IO, Annotated
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Header, Query
 from fastapi.responses import StreamingResponse
 
+from api import formats
 from api.deps import ClickHouseDep, SettingsDep
 from api.errors import ParameterError
-from api.queries.metrics import ReadingsSelection, readings_query
+from api.jobs import get_job
+from api.params import (
+    TIME_HELP,
+    parse_devices,
+    parse_labels,
+    parse_patterns,
+    parse_step,
+    parse_time,
+)
+from api.queries.metrics import Selection, as_rate, scope_rows, stepped_rows
 from api.schemas import ErrorBody, Reading
+from api.scope import Asked, device_selection, job_selection
 
 router = APIRouter(prefix="/api", tags=["metrics"])
 
-
-def parse_list(parameter: str, value: str | None) -> tuple[str, ...]:
-    items = tuple(part.strip() for part in (value or "").split(",") if part.strip())
-    if value is not None and not items:
-        raise ParameterError(parameter, "expected a comma-separated list of names")
-    return items
+KWOLLECT_SUMMARY_STEP_S = 300
+Agg = Literal["avg", "min", "max", "sum", "count", "first", "last", "median", "p95"]
 
 
-def parse_time(parameter: str, value: str | None) -> datetime | None:
-    """ISO 8601 (naive means UTC) or Unix seconds -> naive UTC datetime."""
-    if value is None:
-        return None
-    try:
-        parsed = (
-            datetime.fromtimestamp(float(value), UTC)
-            if _is_number(value)
-            else datetime.fromisoformat(value.replace(" ", "T", 1))
-        )
-    except (ValueError, OverflowError, OSError) as exc:
-        raise ParameterError(
-            parameter,
-            f"{value!r} is not an ISO 8601 time (e.g. 2026-11-21T10:00:00+01:00) or Unix seconds",
-        ) from exc
-    if parsed.tzinfo is not None:
-        parsed = parsed.astimezone(UTC).replace(tzinfo=None)
-    return parsed
+@dataclass(frozen=True)
+class ReadingsQuery:
+    """What every readings endpoint accepts, parsed."""
+
+    asked: Asked
+    as_rate: bool
+    step_s: int | None
+    agg: str
+    fmt: formats.Format
 
 
-def _is_number(value: str) -> bool:
-    try:
-        float(value)
-    except ValueError:
-        return False
-    return True
+def asked_params(
+    metrics: Annotated[
+        str | None,
+        Query(
+            description="comma-separated metric ids or globs (`bmc_*`, `prom_node_load?`); "
+            "all if absent",
+            examples=["bmc_power_watt,prom_node_load*"],
+        ),
+    ] = None,
+    start_time: Annotated[
+        str | None,
+        Query(description=f"{TIME_HELP}; default end_time - 5 min (a job: its start)"),
+    ] = None,
+    end_time: Annotated[
+        str | None,
+        Query(description=f"{TIME_HELP}; default start_time + 5 min or now (a job: its end)"),
+    ] = None,
+    label: Annotated[
+        list[str] | None,
+        Query(description="key=value, repeatable: readings whose label key equals value"),
+    ] = None,
+) -> Asked:
+    """Which readings: metrics, labels, times (devices are each endpoint's own)."""
+    start, end = parse_time("start_time", start_time), parse_time("end_time", end_time)
+    if start is not None and end is not None and start > end:
+        raise ParameterError("start_time", "must not be after end_time")
+    return Asked(
+        devices=(),
+        metrics=parse_patterns("metrics", metrics),
+        labels=parse_labels(label),
+        start=start,
+        end=end,
+    )
 
 
-BLOCK_SIZE = 1 << 18
+AskedDep = Annotated[Asked, Depends(asked_params)]
 
 
-def json_array(chunks: Iterator[bytes]) -> Iterator[bytes]:
-    """JSONEachRow -> JSON array. Newlines inside JSON strings are escaped, so each raw
-    newline ends a row; the last separator is held back so it can close the array."""
-    yield b"["
-    carry = b""
-    for chunk in chunks:
-        data = carry + chunk.replace(b"\n", b",\n")
-        carry, out = data[-2:], data[:-2]
-        if out:
-            yield out
-    yield (b"\n" if carry == b",\n" else carry) + b"]\n"
+def readings_query(
+    asked: AskedDep,
+    step: Annotated[
+        str | None,
+        Query(
+            description="aggregate by buckets of this duration: 10s, 1m, 1h, 1d", examples=["1m"]
+        ),
+    ] = None,
+    agg: Annotated[Agg, Query(description="aggregate of each bucket (with step)")] = "avg",
+    summary: Annotated[
+        bool,
+        Query(
+            description="Kwollect's summary: 5-minute buckets, max of `_total`, mean of the rest"
+        ),
+    ] = False,
+    as_rate: Annotated[
+        bool,
+        Query(description="per-second rate of counters (Counter32/64 wraps and resets handled)"),
+    ] = False,
+    format: Annotated[
+        str | None,
+        Query(description="json (Kwollect's array), ndjson, csv, parquet or arrow; else Accept"),
+    ] = None,
+    accept: Annotated[str | None, Header(include_in_schema=False)] = None,
+) -> ReadingsQuery:
+    step_s = parse_step(step)
+    if summary and step_s is None:
+        step_s, agg = KWOLLECT_SUMMARY_STEP_S, "kwollect"
+    if as_rate and step_s is not None:
+        raise ParameterError("as_rate", "cannot be combined with step or summary")
+    return ReadingsQuery(asked, as_rate, step_s, agg, formats.choose(format, accept))
 
 
-def blocks(stream: IO[bytes], size: int = BLOCK_SIZE) -> Iterator[bytes]:
-    """Read a response in large blocks: iterating it would yield one row (line) at a time."""
-    try:
-        while block := stream.read(size):
-            yield block
-    finally:
-        stream.close()
+ReadingsQueryDep = Annotated[ReadingsQuery, Depends(readings_query)]
+_NOTHING = Selection((), datetime(2000, 1, 1), datetime(2000, 1, 1))
+
+
+def respond(
+    clickhouse: Any, query: ReadingsQuery, selection: Selection | None, filename: str
+) -> StreamingResponse:
+    """Stream the readings of `selection` (none: an empty result in the chosen format)."""
+    params: dict[str, Any] = {}
+    selection = selection or _NOTHING
+    if query.step_s is not None:
+        rows = stepped_rows(selection, query.step_s, query.agg, params)
+    else:
+        rows = scope_rows(selection, params)
+        if query.as_rate:
+            rows = as_rate(rows)
+    return formats.stream(clickhouse, rows, params, query.fmt, filename)
+
+
+_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "content": {f.media_type: {} for f in formats.FORMATS.values()},
+        "description": "readings, oldest first",
+    },
+    400: {"model": ErrorBody},
+    404: {"model": ErrorBody},
+    406: {"model": ErrorBody},
+}
 
 
 @router.get(
     "/metrics",
     operation_id="get_metrics",
     response_model=list[Reading],
-    responses={400: {"model": ErrorBody}},
-    summary="Readings of devices over a time range",
+    responses=_RESPONSES,
+    summary="Readings of devices or of a job over a time range",
 )
 def get_metrics(
     clickhouse: ClickHouseDep,
     settings: SettingsDep,
-    devices: Annotated[str, Query(description="comma-separated device ids, e.g. node-1,node-2")],
-    metrics: Annotated[
-        str | None, Query(description="comma-separated metric ids (all if absent)")
+    query: ReadingsQueryDep,
+    job_id: Annotated[
+        str | None,
+        Query(description="a job: its nodes and the devices measuring them, over its time"),
     ] = None,
-    start_time: Annotated[
-        str | None, Query(description="ISO 8601 or Unix seconds; default end_time - 5 min")
-    ] = None,
-    end_time: Annotated[
-        str | None, Query(description="ISO 8601 or Unix seconds; default now")
+    nodes: Annotated[str | None, Query(description="comma-separated node ids")] = None,
+    devices: Annotated[
+        str | None, Query(description="comma-separated device ids, e.g. node-1,pdu-2")
     ] = None,
 ) -> StreamingResponse:
-    """Every reading of the given devices (and metrics) between start_time and end_time,
-    oldest first, as a JSON array of Kwollect-shaped readings."""
-    end = parse_time("end_time", end_time) or datetime.now(UTC).replace(tzinfo=None)
-    start = parse_time("start_time", start_time) or end - timedelta(
-        seconds=settings.default_window_s
-    )
-    if start > end:
-        raise ParameterError("start_time", "must not be after end_time")
-    selection = ReadingsSelection(
-        devices=parse_list("devices", devices),
-        metrics=parse_list("metrics", metrics),
-        start=start,
-        end=end,
-    )
-    sql, params = readings_query(selection)
-    stream = clickhouse.raw_stream(sql, parameters=params, fmt="JSONEachRow")
-    return StreamingResponse(json_array(blocks(stream)), media_type="application/json")
+    """Every reading of the devices (`nodes` and `devices` together; a node's domain suffix
+    is ignored), or of a job's scope, oldest first. Readings of a device labelled
+    `_device_alias=<node>` also come back under the node's id, summed over the devices
+    measuring it at that instant, listed in the label `_device_orig`. Times without an
+    offset are UTC."""
+    named = parse_devices("nodes", nodes) + parse_devices("devices", devices)
+    asked = replace(query.asked, devices=tuple(dict.fromkeys(named)))
+    if job_id is not None:
+        selection = job_selection(get_job(clickhouse, job_id), asked)
+        return respond(clickhouse, query, selection, f"job-{job_id}")
+    if not asked.devices:
+        raise ParameterError("devices", "give devices, nodes or job_id")
+    window = timedelta(seconds=settings.default_window_s)
+    return respond(clickhouse, query, device_selection(asked, window), "metrics")

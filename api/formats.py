@@ -1,0 +1,131 @@
+"""Output formats of readings. ClickHouse produces the bytes; the API streams them in large
+blocks, never one Python object per reading.
+
+| format  | media type                            | made by ClickHouse as               |
+|---------|---------------------------------------|-------------------------------------|
+| json    | application/json                      | JSONEachRow, joined into one array  |
+| ndjson  | application/x-ndjson                  | JSONEachRow                         |
+| csv     | text/csv                              | CSVWithNames, labels as JSON text   |
+| parquet | application/vnd.apache.parquet        | Parquet, timestamps in microseconds |
+| arrow   | application/vnd.apache.arrow.stream   | ArrowStream (Arrow IPC stream)      |
+
+Text formats carry Kwollect's timestamp (ISO 8601, microseconds, `+00:00`); Parquet and
+Arrow carry a UTC timestamp type and labels as a map.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import IO, Any
+
+from clickhouse_connect.driver.client import Client
+from fastapi.responses import StreamingResponse
+
+from api.errors import NotAcceptable, ParameterError
+
+ISO_TIMESTAMP = "formatDateTime(ts, '%Y-%m-%dT%H:%i:%S.%f+00:00')"
+BLOCK_SIZE = 1 << 18
+
+
+@dataclass(frozen=True)
+class Format:
+    name: str
+    media_type: str
+    clickhouse: str
+    timestamp: str
+    labels: str
+    extension: str
+
+
+FORMATS = {
+    f.name: f
+    for f in (
+        Format("json", "application/json", "JSONEachRow", ISO_TIMESTAMP, "lab", "json"),
+        Format("ndjson", "application/x-ndjson", "JSONEachRow", ISO_TIMESTAMP, "lab", "ndjson"),
+        Format("csv", "text/csv", "CSVWithNames", ISO_TIMESTAMP, "toJSONString(lab)", "csv"),
+        Format("parquet", "application/vnd.apache.parquet", "Parquet", "ts", "lab", "parquet"),
+        Format("arrow", "application/vnd.apache.arrow.stream", "ArrowStream", "ts", "lab", "arrow"),
+    )
+}
+_BY_MEDIA_TYPE = {f.media_type: f for f in FORMATS.values()} | {
+    "application/x-parquet": FORMATS["parquet"],
+    "application/parquet": FORMATS["parquet"],
+    "application/jsonl": FORMATS["ndjson"],
+}
+
+
+def choose(format_param: str | None, accept: str | None) -> Format:
+    """`format=` wins; otherwise the first acceptable media type of `Accept` (by q); JSON
+    when neither says anything."""
+    if format_param:
+        try:
+            return FORMATS[format_param.strip().lower()]
+        except KeyError:
+            raise ParameterError("format", f"expected one of {', '.join(FORMATS)}") from None
+    if not accept:
+        return FORMATS["json"]
+    ranked = []
+    for i, item in enumerate(accept.split(",")):
+        media, *options = (part.strip() for part in item.split(";"))
+        q = 1.0
+        for option in options:
+            name, _, value = option.partition("=")
+            if name.strip() == "q":
+                try:
+                    q = float(value)
+                except ValueError:
+                    q = 0.0
+        ranked.append((-q, i, media.lower()))
+    for neg_q, _, media in sorted(ranked):
+        if neg_q >= 0:
+            continue
+        if media in _BY_MEDIA_TYPE:
+            return _BY_MEDIA_TYPE[media]
+        if media in ("*/*", "application/*", "text/*"):
+            return FORMATS["csv"] if media == "text/*" else FORMATS["json"]
+    raise NotAcceptable(
+        f"none of {accept!r} can be produced: " + ", ".join(f.media_type for f in FORMATS.values())
+    )
+
+
+def projected(rows: str, fmt: Format) -> str:
+    """The final query: the rows' columns as the format carries them, oldest first."""
+    return (
+        f"SELECT {fmt.timestamp} AS timestamp, device_id, metric_id, value, {fmt.labels} AS labels "
+        f"FROM ({rows}) ORDER BY ts, device_id, metric_id"
+    )
+
+
+def json_array(chunks: Iterator[bytes]) -> Iterator[bytes]:
+    """JSONEachRow -> JSON array. Newlines inside JSON strings are escaped, so each raw
+    newline ends a row; the last separator is held back so it can close the array."""
+    yield b"["
+    carry = b""
+    for chunk in chunks:
+        data = carry + chunk.replace(b"\n", b",\n")
+        carry, out = data[-2:], data[:-2]
+        if out:
+            yield out
+    yield (b"\n" if carry == b",\n" else carry) + b"]\n"
+
+
+def blocks(stream: IO[bytes], size: int = BLOCK_SIZE) -> Iterator[bytes]:
+    """Read a response in large blocks: iterating it would yield one row (line) at a time."""
+    try:
+        while block := stream.read(size):
+            yield block
+    finally:
+        stream.close()
+
+
+def stream(
+    client: Client, rows: str, params: dict[str, Any], fmt: Format, filename: str
+) -> StreamingResponse:
+    """Run the query and stream its output in `fmt`."""
+    raw = client.raw_stream(projected(rows, fmt), parameters=params, fmt=fmt.clickhouse)
+    body = blocks(raw)
+    if fmt.name == "json":
+        body = json_array(body)
+    headers = {"Content-Disposition": f'inline; filename="{filename}.{fmt.extension}"'}
+    return StreamingResponse(body, media_type=fmt.media_type, headers=headers)

@@ -1,0 +1,74 @@
+"""Reading and writing jobs. Writes go through the `jobs` Kafka topic, the one path every
+job takes into ClickHouse (the scheduler hooks call the API; other tools may produce to the
+topic directly), and wait until the new version is queryable."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+
+import orjson
+from clickhouse_connect.driver.client import Client
+
+from api.config import ApiSettings
+from api.errors import NotFound
+from api.kafka import KafkaPublisher
+from api.queries.jobs import job_query, job_version_query
+from api.schemas import Job, JobCreate, JobFields
+
+_VISIBLE_POLL_S = 0.05
+
+
+class JobNotFound(NotFound):
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"no job {job_id!r}")
+        self.job_id = job_id
+
+
+def get_job(client: Client, job_id: str) -> Job:
+    sql, params = job_query(job_id)
+    rows = client.query(sql, parameters=params).named_results()
+    for row in rows:
+        return Job(**row)
+    raise JobNotFound(job_id)
+
+
+def merged(current: Job, patch: JobFields) -> JobCreate:
+    """The whole job after a PATCH: the fields it sets replace the stored ones."""
+    return JobCreate(
+        **{**current.model_dump(exclude={"updated_at"}), **patch.model_dump(exclude_unset=True)}
+    )
+
+
+def write_job(
+    job: JobCreate, publisher: KafkaPublisher, client: Client, settings: ApiSettings
+) -> tuple[Job, bool]:
+    """Publish the whole job as its newest version; return it and whether it became
+    queryable within `job_visible_timeout_s` (it is accepted either way: it is in Kafka)."""
+    updated_at = datetime.now(UTC).replace(tzinfo=None)
+    document = {
+        "job_id": job.job_id,
+        "user": job.user or "",
+        "project": job.project or "",
+        "queue": job.queue or "",
+        "nodes": job.nodes or [],
+        "start": job.start,
+        "end": job.end,
+        "state": job.state.value,
+        "site": job.site or "",
+        "labels": job.labels or {},
+        "updated_at": updated_at.isoformat() + "+00:00",
+    }
+    publisher.publish(settings.jobs_topic, job.job_id, orjson.dumps(document))
+    sql, params = job_version_query(job.job_id, updated_at)
+    deadline = time.monotonic() + settings.job_visible_timeout_s
+    visible = False
+    while True:
+        if client.command(sql, parameters=params):
+            visible = True
+            break
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(_VISIBLE_POLL_S)
+    stored = Job(**{**document, "updated_at": document["updated_at"]})
+    return (get_job(client, job.job_id) if visible else stored), visible

@@ -1,0 +1,64 @@
+"""Jobs as stored (the newest version of each: the reader queries with FINAL)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+_ISO = "%Y-%m-%dT%H:%i:%S.%f+00:00"
+JOB_COLUMNS = (
+    "job_id, user, project, queue, nodes, "
+    f"formatDateTime(start_time, '{_ISO}') AS start, "
+    f"formatDateTime(end_time, '{_ISO}') AS end, "
+    f"state, site, labels, formatDateTime(updated_at, '{_ISO}') AS updated_at"
+)
+
+
+def job_query(job_id: str) -> tuple[str, dict[str, Any]]:
+    return f"SELECT {JOB_COLUMNS} FROM jobs WHERE job_id = {{job_id:String}}", {"job_id": job_id}
+
+
+def job_version_query(job_id: str, updated_at: datetime) -> tuple[str, dict[str, Any]]:
+    """Whether this version of the job, or a newer one, is queryable."""
+    return (
+        "SELECT count() FROM jobs WHERE job_id = {job_id:String} "
+        "AND updated_at >= {updated_at:DateTime64(6, 'UTC')}",
+        {"job_id": job_id, "updated_at": updated_at},
+    )
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    user: str | None = None
+    state: str | None = None
+    node: str | None = None
+    start: datetime | None = None
+    end: datetime | None = None
+    limit: int = 1000
+
+
+def jobs_query(f: JobFilter) -> tuple[str, dict[str, Any]]:
+    """Jobs matching every given filter, newest start first. A time range selects the jobs
+    that ran during some of it (a running job runs until now)."""
+    where, params = ["1"], {"limit": f.limit}
+    if f.user is not None:
+        where.append("user = {user:String}")
+        params["user"] = f.user
+    if f.state is not None:
+        where.append("state = {state:String}")
+        params["state"] = f.state
+    if f.node is not None:
+        where.append("has(nodes, {node:String})")
+        params["node"] = f.node
+    if f.start is not None:
+        where.append("coalesce(end_time, now64(6)) >= {start:DateTime64(6, 'UTC')}")
+        params["start"] = f.start
+    if f.end is not None:
+        where.append("start_time <= {end:DateTime64(6, 'UTC')}")
+        params["end"] = f.end
+    sql = (
+        f"SELECT {JOB_COLUMNS} FROM jobs WHERE {' AND '.join(where)} "
+        "ORDER BY start_time DESC NULLS FIRST, job_id LIMIT {limit:UInt32}"
+    )
+    return sql, params

@@ -1,0 +1,166 @@
+"""Jobs: written by the scheduler (hooks, or the `jobs` topic), read by everyone; each job's
+readings, summary (with energy) and catalog of metrics."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from api.auth import Role, require
+from api.deps import ClickHouseDep
+from api.jobs import get_job, merged, write_job
+from api.params import parse_devices, parse_time
+from api.queries.catalog import catalog_query
+from api.queries.jobs import JobFilter, jobs_query
+from api.queries.summary import summarise
+from api.routes.metrics import _RESPONSES, AskedDep, ReadingsQueryDep, respond
+from api.schemas import CatalogEntry, ErrorBody, Job, JobCreate, JobFields, JobState, JobSummary
+from api.scope import EVERYTHING, job_selection
+
+router = APIRouter(prefix="/api/jobs", tags=["jobs"])
+
+JobId = Annotated[str, Path(description="the scheduler's job id", examples=["4242"])]
+Writer = Annotated[Role, Depends(require(Role.SCHEDULER))]
+_WRITE_RESPONSES: dict[int | str, dict[str, Any]] = {
+    202: {"model": Job, "description": "accepted (in Kafka), not yet queryable"},
+    400: {"model": ErrorBody},
+    401: {"model": ErrorBody},
+    403: {"model": ErrorBody},
+    503: {"model": ErrorBody, "description": "Kafka did not take the write: nothing written"},
+}
+
+
+def _written(request: Request, job: JobCreate, created: int) -> JSONResponse:
+    app = request.app.state
+    stored, visible = write_job(job, app.kafka, app.clickhouse.get(), app.settings)
+    return JSONResponse(stored.model_dump(), status_code=created if visible else 202)
+
+
+@router.post(
+    "",
+    operation_id="put_job",
+    status_code=201,
+    response_model=Job,
+    responses=_WRITE_RESPONSES,
+    summary="Create or replace a job (scheduler or admin token)",
+)
+def post_job(request: Request, _role: Writer, job: JobCreate) -> JSONResponse:
+    """The whole job; a job id already known is replaced (a scheduler's hook may run twice).
+    201 once the job is queryable, 202 when Kafka has it but ClickHouse has not shown it yet."""
+    return _written(request, job, 201)
+
+
+@router.patch(
+    "/{job_id}",
+    operation_id="patch_job",
+    response_model=Job,
+    responses={**_WRITE_RESPONSES, 404: {"model": ErrorBody}},
+    summary="Change some fields of a job (scheduler or admin token)",
+)
+def patch_job(
+    request: Request, _role: Writer, clickhouse: ClickHouseDep, job_id: JobId, patch: JobFields
+) -> JSONResponse:
+    """E.g. `{"end": "2026-11-23T12:00:00Z", "state": "terminated"}` when the job ends."""
+    job = merged(get_job(clickhouse, job_id), patch)
+    return _written(request, job, 200)
+
+
+@router.get(
+    "",
+    operation_id="list_jobs",
+    response_model=list[Job],
+    responses={400: {"model": ErrorBody}},
+    summary="Jobs, filtered",
+)
+def list_jobs(
+    clickhouse: ClickHouseDep,
+    user: Annotated[str | None, Query(examples=["alice"])] = None,
+    state: Annotated[JobState | None, Query()] = None,
+    node: Annotated[str | None, Query(description="jobs that ran on this node")] = None,
+    start_time: Annotated[str | None, Query(description="jobs running at or after this")] = None,
+    end_time: Annotated[str | None, Query(description="jobs started at or before this")] = None,
+    limit: Annotated[int, Query(ge=1, le=100_000)] = 1000,
+) -> list[Job]:
+    """Newest first; a time range keeps the jobs that ran during some of it."""
+    node_id = parse_devices("node", node)[0] if node is not None else None
+    sql, params = jobs_query(
+        JobFilter(
+            user=user,
+            state=state.value if state else None,
+            node=node_id,
+            start=parse_time("start_time", start_time),
+            end=parse_time("end_time", end_time),
+            limit=limit,
+        )
+    )
+    return [Job(**row) for row in clickhouse.query(sql, parameters=params).named_results()]
+
+
+@router.get(
+    "/{job_id}",
+    operation_id="get_job",
+    response_model=Job,
+    responses={404: {"model": ErrorBody}},
+    summary="One job",
+)
+def read_job(clickhouse: ClickHouseDep, job_id: JobId) -> Job:
+    return get_job(clickhouse, job_id)
+
+
+@router.get(
+    "/{job_id}/metrics",
+    operation_id="get_job_metrics",
+    responses=_RESPONSES,
+    summary="Every reading of a job's scope",
+)
+def get_job_metrics(
+    clickhouse: ClickHouseDep,
+    query: ReadingsQueryDep,
+    job_id: JobId,
+    devices: Annotated[
+        str | None,
+        Query(description="keep these devices of the scope (nodes or measuring devices)"),
+    ] = None,
+) -> StreamingResponse:
+    """The job's nodes, and the devices labelled `_device_alias=<node>` for them (under their
+    own id and summed under the node's), over [start, end] of the job (end = now while it
+    runs). start_time and end_time narrow that span, never widen it."""
+    asked = replace(query.asked, devices=parse_devices("devices", devices))
+    selection = job_selection(get_job(clickhouse, job_id), asked)
+    return respond(clickhouse, query, selection, f"job-{job_id}")
+
+
+@router.get(
+    "/{job_id}/summary",
+    operation_id="get_job_summary",
+    response_model=JobSummary,
+    responses={404: {"model": ErrorBody}},
+    summary="Per node and metric statistics, and energy, of a job",
+)
+def get_job_summary(clickhouse: ClickHouseDep, asked: AskedDep, job_id: JobId) -> JobSummary:
+    """min, avg, max, last and count per device and metric of the scope; for every power
+    metric (`_watt`) the energy in joules: the trapezoidal integral of power over the job,
+    per node and source, not bridging gaps longer than 3 sampling periods (`covered_s` says
+    how much of the job the integral covers), and its total over the nodes per source."""
+    job = get_job(clickhouse, job_id)
+    return summarise(clickhouse, job, job_selection(job, asked))
+
+
+@router.get(
+    "/{job_id}/catalog",
+    operation_id="get_job_catalog",
+    response_model=list[CatalogEntry],
+    responses={404: {"model": ErrorBody}},
+    summary="The metrics present in a job's scope",
+)
+def get_job_catalog(clickhouse: ClickHouseDep, job_id: JobId) -> list[CatalogEntry]:
+    """Each device and metric of the scope with its number of readings, first and last
+    time (Kwollect's available metrics, with counts)."""
+    selection = job_selection(get_job(clickhouse, job_id), EVERYTHING)
+    if selection is None:
+        return []
+    sql, params = catalog_query(selection)
+    return [CatalogEntry(**row) for row in clickhouse.query(sql, parameters=params).named_results()]

@@ -1,0 +1,69 @@
+"""From request parameters to a Selection: Kwollect's rules for devices and time, a job's
+scope (its nodes and the devices that measure them, over [start, end]; end = now while it
+runs; bounds inclusive)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from api.params import NamePatterns, to_time
+from api.queries.metrics import Selection
+from api.schemas import Job
+
+
+@dataclass(frozen=True)
+class Asked:
+    """The selection parameters as the request gave them (parsed, not yet resolved)."""
+
+    devices: tuple[str, ...]
+    metrics: NamePatterns
+    labels: dict[str, str]
+    start: datetime | None
+    end: datetime | None
+
+
+EVERYTHING = Asked(devices=(), metrics=NamePatterns(), labels={}, start=None, end=None)
+
+
+def now() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def device_selection(asked: Asked, window: timedelta) -> Selection:
+    """Kwollect's defaults: a missing bound is the other one -/+ the window; neither is the
+    window up to now."""
+    start, end = asked.start, asked.end
+    if end is None:
+        end = start + window if start is not None else now()
+    if start is None:
+        start = end - window
+    return Selection(asked.devices, start, end, asked.metrics, asked.labels)
+
+
+def job_span(job: Job) -> tuple[datetime, datetime] | None:
+    """[start, end] of a job (end = now while it runs); None before it starts."""
+    if job.start is None:
+        return None
+    return to_time(job.start), to_time(job.end) if job.end is not None else now()
+
+
+def job_selection(job: Job, asked: Asked) -> Selection | None:
+    """The job's scope, narrowed by the request's devices, metrics, labels and times (never
+    widened: a time outside the job is clamped to it). None when nothing can match."""
+    span = job_span(job)
+    if span is None or not job.nodes:
+        return None
+    start = max(span[0], asked.start) if asked.start else span[0]
+    end = min(span[1], asked.end) if asked.end else span[1]
+    if start > end:
+        return None
+    return Selection(
+        tuple(job.nodes),
+        start,
+        end,
+        asked.metrics,
+        asked.labels,
+        measured=True,
+        only=asked.devices,
+    )

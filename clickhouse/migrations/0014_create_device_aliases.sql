@@ -1,0 +1,30 @@
+-- Which devices measure which node: a reading labelled `_device_alias=<node>` (a PDU outlet,
+-- a switch port, a wattmeter channel) belongs to that node's jobs. Kept from the readings
+-- themselves, so an alias is known without the producers' configuration, with the time span
+-- over which it was seen (an outlet moved to another node counts for each in its own time).
+-- The job scope reads it to find the few devices whose readings it must filter by label.
+CREATE TABLE IF NOT EXISTS device_aliases
+(
+    alias String,
+    device_id String,
+    first_seen SimpleAggregateFunction(min, DateTime64(6, 'UTC')),
+    last_seen SimpleAggregateFunction(max, DateTime64(6, 'UTC'))
+)
+ENGINE = AggregatingMergeTree
+ORDER BY (alias, device_id);
+
+CREATE MATERIALIZED VIEW IF NOT EXISTS device_aliases_mv TO device_aliases AS
+SELECT
+    labels['_device_alias'] AS alias,
+    device_id,
+    min(timestamp) AS first_seen,
+    max(timestamp) AS last_seen
+FROM metrics
+WHERE labels['_device_alias'] != ''
+GROUP BY alias, device_id;
+
+INSERT INTO device_aliases
+SELECT labels['_device_alias'] AS alias, device_id, min(timestamp), max(timestamp)
+FROM metrics
+WHERE labels['_device_alias'] != '' AND (SELECT count() FROM device_aliases) = 0
+GROUP BY alias, device_id;

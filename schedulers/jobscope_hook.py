@@ -1,0 +1,379 @@
+"""What every scheduler hook shares: the config file, the calls to the jobs API, the logging.
+
+Runs on a scheduler host with the system python (>= 3.9, standard library only). A hook must
+never hold up or fail a job because jobscope is down, slow or misconfigured: `run()` turns
+every failure into one log line and the process always exits 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+DEFAULT_CONFIG_PATH = "/etc/jobscope/hook.env"
+TIMEOUT_SECONDS = 5.0  # per attempt
+ATTEMPTS = 2  # one retry, for network errors and 5xx answers only
+RETRY_PAUSE_SECONDS = 0.5
+# Keys the config file may hold; an environment variable of the same name wins over the file.
+CONFIG_KEYS = (
+    "JOBSCOPE_API_URL",  # e.g. http://jobscope.example.org:8000
+    "JOBSCOPE_TOKEN",  # a token with the scheduler (or admin) role
+    "JOBSCOPE_SITE",  # site name sent with every job; Slurm's cluster name when unset
+    "JOBSCOPE_OARSTAT",  # OAR only: the oarstat command (default: oarstat)
+    "JOBSCOPE_SYSLOG",  # "no" keeps failures out of syslog (stderr only)
+)
+
+
+@dataclass
+class Answer:
+    """What the API answered: status 0 means no HTTP answer at all (`error` says why)."""
+
+    status: int
+    body: Any = None
+    error: str = ""
+
+
+class Hook:
+    """One run of one hook: its name (for log lines), config and the job it reports."""
+
+    def __init__(self, name: str, environ: Mapping[str, str] | None = None) -> None:
+        self.name = name
+        self.environ = os.environ if environ is None else environ
+        self.job_id = "?"
+        self.config_path = self.environ.get("JOBSCOPE_HOOK_CONFIG") or DEFAULT_CONFIG_PATH
+        self.config_missing = False
+        self.config = self._load_config()
+
+    # -- config ---------------------------------------------------------------------------
+
+    def _load_config(self) -> dict[str, str]:
+        """`NAME=value` lines of the config file, then environment variables over them."""
+        values: dict[str, str] = {}
+        try:
+            with open(self.config_path, encoding="utf-8") as handle:
+                values = parse_config(handle.read())
+        except FileNotFoundError:
+            self.config_missing = True  # the environment may hold everything
+        except OSError as exc:
+            self.log(f"cannot read config {self.config_path}: {exc.strerror or exc}")
+        for key in CONFIG_KEYS:
+            if self.environ.get(key):
+                values[key] = self.environ[key]
+        return values
+
+    def setting(self, key: str, default: str = "") -> str:
+        return self.config.get(key, "").strip() or default
+
+    # -- logging --------------------------------------------------------------------------
+
+    def log(self, message: str) -> None:
+        """One line on stderr, and in syslog (daemon facility) unless JOBSCOPE_SYSLOG=no."""
+        line = f"jobscope {self.name}: job {self.job_id}: {message}"
+        try:  # None when started with fd 2 closed, as older slurmctld start their scripts
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+        except Exception:
+            pass
+        if getattr(self, "config", {}).get("JOBSCOPE_SYSLOG", "").lower() in ("no", "0", "false"):
+            return
+        try:
+            import syslog
+
+            syslog.openlog("jobscope-hook", syslog.LOG_PID, syslog.LOG_DAEMON)
+            syslog.syslog(syslog.LOG_ERR, line)
+        except Exception:  # no syslog module or socket: stderr is enough
+            pass
+
+    # -- API calls --------------------------------------------------------------------------
+
+    def send(self, method: str, path: str, body: dict[str, Any]) -> Answer:
+        """`method {JOBSCOPE_API_URL}{path}` with the JSON body; one retry if no answer or 5xx."""
+        base = self.setting("JOBSCOPE_API_URL").rstrip("/")
+        token = self.setting("JOBSCOPE_TOKEN")
+        if not base or not token:
+            missing = " and ".join(
+                k for k, v in (("JOBSCOPE_API_URL", base), ("JOBSCOPE_TOKEN", token)) if not v
+            )
+            where = f"config file {self.config_path}" + (" missing" if self.config_missing else "")
+            return Answer(0, error=f"{missing} not set ({where})")
+        request = urllib.request.Request(
+            base + path,
+            data=json.dumps(body).encode(),
+            method=method,
+            headers={
+                "Authorization": f"Bearer {token}",
+                "Content-Type": "application/json",
+                "Accept": "application/json",
+                "User-Agent": f"jobscope-hook/{self.name}",
+            },
+        )
+        answer = Answer(0)
+        for attempt in range(ATTEMPTS):
+            if attempt:
+                time.sleep(RETRY_PAUSE_SECONDS)
+            answer = _urlopen(request)
+            if answer.status and answer.status < 500:
+                break
+        if not answer.status:
+            answer.error += f" after {ATTEMPTS} attempts"
+        return answer
+
+    def post_job(self, job: dict[str, Any]) -> bool:
+        answer = self.send("POST", "/api/jobs", job)
+        if answer.status in (200, 201, 202):
+            return True
+        self.report("POST /api/jobs", answer)
+        return False
+
+    def patch_job(self, job_id: str, changes: dict[str, Any]) -> Answer:
+        """PATCH the job; the caller decides what a 404 means, other failures are logged."""
+        answer = self.send("PATCH", "/api/jobs/" + urllib.parse.quote(job_id, safe=""), changes)
+        if answer.status not in (200, 404):
+            self.report(f"PATCH /api/jobs/{job_id}", answer)
+        return answer
+
+    def report(self, what: str, answer: Answer) -> None:
+        """The one line saying why a call failed."""
+        if not answer.status:
+            self.log(f"{what} failed: {answer.error}; job not affected")
+            return
+        detail = answer.body.get("detail") if isinstance(answer.body, dict) else answer.body
+        detail = " ".join(str(detail or "").split())[:300]
+        hint = {
+            401: "; check JOBSCOPE_TOKEN",
+            403: "; the token needs the scheduler or admin role",
+        }.get(answer.status, "")
+        self.log(f"{what} answered {answer.status}: {detail}{hint}; job not affected")
+
+
+def _urlopen(request: urllib.request.Request) -> Answer:
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as response:
+            return Answer(response.status, _json_or_text(response.read()))
+    except urllib.error.HTTPError as exc:
+        try:
+            body = _json_or_text(exc.read())
+        except Exception:
+            body = exc.reason
+        return Answer(exc.code, body)
+    except urllib.error.URLError as exc:
+        reason = exc.reason
+        text = getattr(reason, "strerror", None) or str(reason)
+        return Answer(0, error=f"cannot reach {request.full_url} ({text})")
+    except (TimeoutError, socket.timeout):  # distinct classes before Python 3.10
+        return Answer(0, error=f"no answer from {request.full_url} in {TIMEOUT_SECONDS:g} s")
+    except Exception as exc:  # malformed URL, connection reset, ...
+        return Answer(0, error=f"{request.full_url}: {type(exc).__name__}: {exc}")
+
+
+def _json_or_text(raw: bytes) -> Any:
+    text = raw.decode("utf-8", "replace")
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def parse_config(text: str) -> dict[str, str]:
+    """`NAME=value` lines; `#` starts a comment line; `export ` and quotes around values allowed."""
+    values: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("export "):
+            line = line[len("export ") :].strip()
+        name, sep, value = line.partition("=")
+        if not sep:
+            continue
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            value = value[1:-1]
+        values[name.strip()] = value
+    return values
+
+
+def now_iso() -> str:
+    """The current time, ISO 8601 in UTC."""
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def unix_to_iso(value: Any) -> str | None:
+    """Unix seconds (int or digits) as ISO 8601 UTC; None for empty, zero or not a number."""
+    try:
+        seconds = int(str(value).strip())
+    except (TypeError, ValueError):
+        return None
+    if seconds <= 0:
+        return None
+    return datetime.fromtimestamp(seconds, timezone.utc).isoformat(timespec="seconds")
+
+
+# -- Slurm: PrologSlurmctld / EpilogSlurmctld environment ------------------------------------
+
+# Environment variables slurmctld gives both scripts, kept as labels (when set and not empty).
+SLURM_LABELS = (
+    ("SLURM_JOB_NAME", "name"),
+    ("SLURM_JOB_ID", "slurm_job_id"),
+    ("SLURM_JOB_GROUP", "group"),
+    ("SLURM_JOB_CONSTRAINTS", "constraints"),
+    ("SLURM_JOB_RESERVATION", "reservation"),
+    ("SLURM_JOB_QOS", "qos"),
+    ("SLURM_WCKEY", "wckey"),
+    ("SLURM_JOB_LICENSES", "licenses"),
+    ("SLURM_JOB_RESTART_COUNT", "restart_count"),
+    ("SLURM_ARRAY_JOB_ID", "array_job_id"),
+    ("SLURM_ARRAY_TASK_ID", "array_task_id"),
+    ("SLURM_HET_JOB_ID", "het_job_id"),
+    ("SLURM_PACK_JOB_ID", "het_job_id"),  # name before Slurm 20.02
+    ("SLURM_HET_JOB_OFFSET", "het_job_offset"),
+    ("SLURM_PACK_JOB_OFFSET", "het_job_offset"),
+)
+
+
+def slurm_job_id(env: Mapping[str, str]) -> str:
+    """The id as Slurm prints it: `1234_5` for an array task, `1234+0` for a hetjob component."""
+    array_job, array_task = env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID")
+    if array_job and array_task:
+        return f"{array_job}_{array_task}"
+    het_job = env.get("SLURM_HET_JOB_ID") or env.get("SLURM_PACK_JOB_ID")
+    het_offset = env.get("SLURM_HET_JOB_OFFSET") or env.get("SLURM_PACK_JOB_OFFSET")
+    if het_job and het_offset:
+        return f"{het_job}+{het_offset}"
+    return env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID") or ""
+
+
+def slurm_job(hook: Hook) -> dict[str, Any]:
+    """The job as the Slurm environment describes it (no start, end or state)."""
+    env = hook.environ
+    nodes = env.get("SLURM_JOB_NODELIST", "").strip()
+    labels = {"scheduler": "slurm"}
+    for variable, label in SLURM_LABELS:
+        if env.get(variable, "").strip() and label not in labels:
+            labels[label] = env[variable].strip()
+    return {
+        "job_id": slurm_job_id(env),
+        "user": env.get("SLURM_JOB_USER", ""),
+        "project": env.get("SLURM_JOB_ACCOUNT", ""),
+        "queue": env.get("SLURM_JOB_PARTITION", ""),
+        # a hostlist expression such as node-[1-4,7]: the API expands it
+        "nodes": nodes if nodes and nodes != "(null)" else [],
+        "site": hook.setting("JOBSCOPE_SITE") or env.get("SLURM_CLUSTER_NAME", ""),
+        "labels": labels,
+    }
+
+
+def slurm_job_failed(env: Mapping[str, str]) -> bool:
+    """Whether the job script ended with a non-zero exit code or was killed by a signal.
+
+    SLURM_JOB_EXIT_CODE is the wait() status of the batch script (or salloc);
+    SLURM_JOB_EXIT_CODE2 the same as `exit:signal`. Both only exist in EpilogSlurmctld.
+    """
+    status = env.get("SLURM_JOB_EXIT_CODE", "").strip()
+    if status.isdigit():
+        return int(status) != 0
+    code2 = env.get("SLURM_JOB_EXIT_CODE2", "").strip()
+    return any(part.strip() not in ("", "0") for part in code2.split(":"))
+
+
+# -- OAR: server prologue / epilogue, job described by `oarstat -f -j <id> -J` -------------
+
+OARSTAT_TIMEOUT_SECONDS = 15
+# where a scheduler daemon that runs us without PATH (OAR 3 does) keeps oarstat
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def oarstat(hook: Hook, job_id: str) -> dict[str, Any] | None:
+    """The job's entry in `oarstat -f -j <id> -J` (OAR 2.5 field names), or None (logged)."""
+    command = shlex.split(hook.setting("JOBSCOPE_OARSTAT", "oarstat"))
+    argv = [*command, "-f", "-j", job_id, "-J"]
+    env = dict(os.environ)
+    env.setdefault("PATH", DEFAULT_PATH)
+    try:
+        done = subprocess.run(
+            argv, env=env, capture_output=True, timeout=OARSTAT_TIMEOUT_SECONDS, check=False
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        hook.log(f"cannot run {' '.join(argv)}: {exc}")
+        return None
+    if done.returncode != 0:
+        stderr = " ".join(done.stderr.decode("utf-8", "replace").split())[:300]
+        hook.log(f"{' '.join(argv)} exited {done.returncode}: {stderr}")
+        return None
+    try:
+        document = json.loads(done.stdout.decode("utf-8", "replace"))
+    except ValueError as exc:
+        hook.log(f"{' '.join(argv)} printed no JSON document: {exc}")
+        return None
+    entry = document.get(job_id) if isinstance(document, dict) else None
+    if entry is None and isinstance(document, dict) and len(document) == 1:
+        entry = next(iter(document.values()))
+    if not isinstance(entry, dict):
+        hook.log(f"{' '.join(argv)} printed no entry for job {job_id}")
+        return None
+    return entry
+
+
+def oar_job(hook: Hook, job_id: str, entry: Mapping[str, Any]) -> dict[str, Any]:
+    """The job as oarstat describes it, start included (no end, no state)."""
+    types = entry.get("types") or []
+    labels = {"scheduler": "oar"}
+    if entry.get("name"):
+        labels["name"] = str(entry["name"])
+    if types:
+        labels["types"] = ",".join(str(t) for t in types)
+    for field in ("jobType", "reservation", "array_id", "array_index", "resubmit_job_id"):
+        value = entry.get(field)
+        if value not in (None, "", "None", 0, "0"):
+            labels[field] = str(value)
+    hosts = entry.get("assigned_network_address") or []
+    return {
+        "job_id": job_id,
+        "user": str(entry.get("owner") or entry.get("job_user") or entry.get("user") or ""),
+        "project": str(entry.get("project") or ""),
+        "queue": str(entry.get("queue") or entry.get("queue_name") or ""),
+        "nodes": list(dict.fromkeys(str(h) for h in hosts)) if isinstance(hosts, list) else [],
+        "start": unix_to_iso(entry.get("startTime", entry.get("start_time"))),
+        "site": hook.setting("JOBSCOPE_SITE"),
+        "labels": labels,
+    }
+
+
+def oar_stop_time(entry: Mapping[str, Any]) -> str | None:
+    return unix_to_iso(entry.get("stopTime", entry.get("stop_time")))
+
+
+def run(name: str, main: Callable[[Hook], None]) -> None:
+    """Run `main(hook)`; whatever happens, log it in one line and exit 0."""
+    hook: Hook | None = None
+    try:
+        hook = Hook(name)
+        main(hook)
+    except BaseException as exc:  # a hook must not fail the job, whatever went wrong
+        message = f"unexpected {type(exc).__name__}: {exc}; job not affected"
+        try:
+            if hook is not None:
+                hook.log(message)
+            else:
+                sys.stderr.write(f"jobscope {name}: {message}\n")
+        except BaseException:
+            pass
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except BaseException:
+            pass
+        os._exit(0)  # not sys.exit: Python exits 120 when it cannot flush a closed stderr
