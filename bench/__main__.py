@@ -30,6 +30,7 @@ SYSTEMS: dict[str, Callable[[Path], System]] = {
     "victoriametrics": VictoriaMetrics,
     "postgres": Postgres,
 }
+ONLY_STEPS = ("freshness", "api", "drain")  # jobscope's extra measurements (--only)
 log = logging.getLogger("bench")
 
 
@@ -43,8 +44,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument(
         "--systems",
-        default=",".join(SYSTEMS),
-        help="comma-separated subset of: " + ", ".join(SYSTEMS),
+        default=None,
+        help="comma-separated subset of: " + ", ".join(SYSTEMS) + " (default: all; "
+        "jobscope with --only)",
+    )
+    parser.add_argument(
+        "--only",
+        default=None,
+        help="comma-separated jobscope measurements to run alone after the load (no storage, "
+        "query shapes or integer variant): " + ", ".join(ONLY_STEPS),
     )
     parser.add_argument(
         "--state-dir",
@@ -70,7 +78,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    chosen = [s.strip() for s in args.systems.split(",") if s.strip()]
+    only = None
+    if args.only is not None:
+        only = frozenset(s.strip() for s in args.only.split(",") if s.strip())
+        if not only or only - set(ONLY_STEPS):
+            log.error("--only takes some of: %s", ", ".join(ONLY_STEPS))
+            return 2
+    systems_arg = args.systems or ("jobscope" if only else ",".join(SYSTEMS))
+    chosen = [s.strip() for s in systems_arg.split(",") if s.strip()]
     unknown = set(chosen) - set(SYSTEMS)
     if unknown:
         log.error("unknown system(s): %s", ", ".join(sorted(unknown)))
@@ -85,13 +100,20 @@ def main(argv: list[str] | None = None) -> int:
         prepare_s = time.monotonic() - started
         log.info("data: %s (ready in %.1f s)", data.spec.describe(), prepare_s)
         systems = run_all(
-            {k: SYSTEMS[k] for k in chosen}, state / "runs", data, data_int, profile, args.quick
+            {k: SYSTEMS[k] for k in chosen},
+            state / "runs",
+            data,
+            data_int,
+            profile,
+            args.quick,
+            only,
         )
 
     results = report.flatten(
         systems,
         {
             "profile": profile.name,
+            "only": sorted(only) if only else None,
             "dataset": {
                 "description": data.spec.describe(),
                 "readings": data.spec.readings,

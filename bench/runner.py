@@ -36,9 +36,16 @@ def time_query(
 
 
 def run_system(
-    system: System, data: Dataset, data_int: Dataset, profile: Profile, quick: bool
+    system: System,
+    data: Dataset,
+    data_int: Dataset,
+    profile: Profile,
+    quick: bool,
+    only: frozenset[str] | None = None,
 ) -> dict[str, Any]:
-    """Everything measured on one system, in one try/finally that stops its servers."""
+    """Everything measured on one system, in one try/finally that stops its servers. With
+    `only`: start, load, then just those of the system's extra measurements (no storage,
+    query shapes or integer variant)."""
     result: dict[str, Any] = {"label": system.label}
     step = "start"
     try:
@@ -50,6 +57,10 @@ def run_system(
         result["ingest_readings_per_s"] = ingest.readings_per_s
         result["ingest_seconds"] = ingest.seconds
         result["ingest_detail"] = ingest.extra
+        if only is not None:
+            step = "extra measurements"
+            result.update(system.extra_measurements(data, quick, only))
+            return result
         step = "storage"
         result["bytes_per_reading"] = system.storage_bytes() / data.spec.readings
         step = "queries"
@@ -96,13 +107,14 @@ def run_all(
     data_int: Dataset,
     profile: Profile,
     quick: bool,
+    only: frozenset[str] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Run the systems one after the other, each in its own folder `workdir/<key>`."""
     results = {}
     for key, factory in factories.items():
         system = factory(workdir / key)
         started = time.monotonic()
-        results[system.name] = run_system(system, data, data_int, profile, quick)
+        results[system.name] = run_system(system, data, data_int, profile, quick, only)
         results[system.name]["wall_seconds"] = round(time.monotonic() - started, 1)
         log.info("%s done in %.0f s", system.label, results[system.name]["wall_seconds"])
     return results

@@ -149,8 +149,10 @@ class Hook:
         if not answer.status:
             self.log(f"{what} failed: {answer.error}; job not affected")
             return
-        detail = answer.body.get("detail") if isinstance(answer.body, dict) else answer.body
-        detail = " ".join(str(detail or "").split())[:300]
+        body = answer.body
+        if isinstance(body, dict):  # jobscope answers {"error": ..., "parameter": ...}
+            body = body.get("error") or body.get("detail") or json.dumps(body)
+        detail = " ".join(str(body or "(no body)").split())[:300]
         hint = {
             401: "; check JOBSCOPE_TOKEN",
             403: "; the token needs the scheduler or admin role",
@@ -334,7 +336,10 @@ def oar_job(hook: Hook, job_id: str, entry: Mapping[str, Any]) -> dict[str, Any]
         labels["name"] = str(entry["name"])
     if types:
         labels["types"] = ",".join(str(t) for t in types)
-    for field in ("jobType", "reservation", "array_id", "array_index", "resubmit_job_id"):
+    fields = ["jobType", "reservation", "resubmit_job_id"]
+    if str(entry.get("array_id", job_id)) != job_id:  # a job alone is an array of itself
+        fields += ["array_id", "array_index"]
+    for field in fields:
         value = entry.get(field)
         if value not in (None, "", "None", 0, "0"):
             labels[field] = str(value)

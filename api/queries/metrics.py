@@ -34,11 +34,19 @@ def _aliased_rows(table: str) -> str:
     )
 
 
-def _with_origins(devices: str) -> str:
-    """Labels of a sum over aliased devices: theirs without the alias, plus `_device_orig`."""
+def _summed_by_alias(rows: str) -> str:
+    """Kwollect's node view of aliased readings: one row per instant, node and metric, the
+    value summed over the devices (and their series: a PDU's two outlets feeding one node's
+    two PSUs) measuring the node; labels those the summed readings share, without the
+    alias, plus `_device_orig`, the devices summed. `rows`: ts, src (the measuring device),
+    metric_id, value, labels."""
     return (
-        f"mapUpdate({_NO_ALIAS}, map('_device_orig', "
-        f"arrayStringConcat(arraySort(groupArray({devices})), ',')))"
+        "SELECT ts, device_id, metric_id, value, mapUpdate("
+        "mapFilter((k, v) -> arrayAll(m -> m[k] = v, labs), labs[1]), "
+        "map('_device_orig', arrayStringConcat(arraySort(origs), ','))) AS lab FROM ("
+        f"SELECT ts, labels['{ALIAS}'] AS device_id, metric_id, sum(value) AS value, "
+        f"groupArray({_NO_ALIAS}) AS labs, groupUniqArray(src) AS origs FROM ({rows}) "
+        "GROUP BY ts, device_id, metric_id)"
     )
 
 
@@ -102,11 +110,9 @@ def scope_rows(s: Selection, params: dict[str, Any]) -> str:
         f"if(mapContains(labels, '{ALIAS}'), {_NO_ALIAS}, labels) AS lab "
         f"FROM metrics WHERE metrics.timestamp BETWEEN {_SPAN} AND {_own_rows_condition(s)}{extra}"
     )
-    aliased = (
-        f"SELECT timestamp AS ts, labels['{ALIAS}'] AS device_id, metric_id, sum(value) AS value, "
-        f"{_with_origins('metrics.device_id')} AS lab "
-        f"FROM metrics WHERE metrics.timestamp BETWEEN {_SPAN} AND {_aliased_rows('metrics')}{extra} "
-        f"GROUP BY ts, device_id, metric_id, {_NO_ALIAS}"
+    aliased = _summed_by_alias(
+        "SELECT timestamp AS ts, device_id AS src, metric_id, value, labels FROM metrics "
+        f"WHERE metrics.timestamp BETWEEN {_SPAN} AND {_aliased_rows('metrics')}{extra}"
     )
     rows = f"{own} UNION ALL {aliased}"
     if s.only:
@@ -197,11 +203,9 @@ def rollup_for(step_s: int) -> tuple[int, str] | None:
 
 def _full_buckets(start: datetime, end: datetime, width: int) -> tuple[datetime, datetime]:
     """[from, to): the rollup buckets lying wholly inside [start, end] (empty if from >= to)."""
-    epoch = datetime(1970, 1, 1)
-    first = epoch + timedelta(seconds=-((epoch - start) // timedelta(seconds=width)) * width)
-    last = epoch + (
-        (end + timedelta(microseconds=1) - epoch) // timedelta(seconds=width)
-    ) * timedelta(seconds=width)
+    epoch, bucket = datetime(1970, 1, 1), timedelta(seconds=width)
+    first = epoch - ((epoch - start) // bucket) * bucket  # start rounded up
+    last = epoch + ((end + timedelta(microseconds=1) - epoch) // bucket) * bucket
     return first, max(first, last)
 
 
@@ -216,31 +220,31 @@ def stepped_rows(s: Selection, step_s: int, agg: str, params: dict[str, Any]) ->
     extra = "".join(f" AND {c}" for c in _filters(s, params))
     series = "device_id, metric_id, labels_hash"
     raw_cols = ", ".join(f"{_PARTS[p].raw} AS p_{p}" for p in parts)
+
+    def raw_states(condition: str = "") -> str:
+        return (
+            f"SELECT {_BUCKET.format(time='metrics.timestamp')} AS t, device_id, metric_id, "
+            f"sipHash64(metrics.labels) AS labels_hash, any(labels) AS lab, {raw_cols} "
+            f"FROM metrics WHERE metrics.timestamp BETWEEN {_SPAN} AND {_reach('metrics')}"
+            f"{extra}{condition} GROUP BY t, {series}"
+        )
+
     rollup = rollup_for(step_s)
     if rollup is None:
-        states = (
-            f"SELECT {_BUCKET.format(time='metrics.timestamp')} AS t, "
-            f"device_id, metric_id, sipHash64(metrics.labels) AS labels_hash, any(labels) AS lab, "
-            f"{raw_cols} FROM metrics WHERE metrics.timestamp BETWEEN {_SPAN} AND {_reach('metrics')}{extra} "
-            f"GROUP BY t, {series}"
-        )
+        states = raw_states()
     else:
         width, table = rollup
         params["full_from"], params["full_to"] = _full_buckets(s.start, s.end, width)
-        in_full = (
-            "metrics.timestamp >= {full_from:DateTime64(6, 'UTC')} "
-            "AND metrics.timestamp < {full_to:DateTime64(6, 'UTC')}"
-        )
         rollup_cols = ", ".join(f"{_PARTS[p].rollup} AS p_{p}" for p in parts)
         states = (
             f"SELECT bucket AS t, {series}, labels AS lab, {rollup_cols} FROM {table} "
             "WHERE bucket >= {full_from:DateTime64(6, 'UTC')} "
             f"AND bucket < {{full_to:DateTime64(6, 'UTC')}} AND {_reach(table)}{extra} "
             "UNION ALL "
-            f"SELECT {_BUCKET.format(time='metrics.timestamp')} AS t, "
-            f"device_id, metric_id, sipHash64(metrics.labels) AS labels_hash, any(labels) AS lab, "
-            f"{raw_cols} FROM metrics WHERE metrics.timestamp BETWEEN {_SPAN} "
-            f"AND NOT ({in_full}) AND {_reach('metrics')}{extra} GROUP BY t, {series}"
+            + raw_states(
+                " AND NOT (metrics.timestamp >= {full_from:DateTime64(6, 'UTC')} "
+                "AND metrics.timestamp < {full_to:DateTime64(6, 'UTC')})"
+            )
         )
     merged_cols = ", ".join(f"{_PARTS[p].merge}(p_{p}) AS p_{p}" for p in parts)
     buckets = (
@@ -253,10 +257,10 @@ def stepped_rows(s: Selection, step_s: int, agg: str, params: dict[str, Any]) ->
         f"SELECT ts, device_id, metric_id, value, {_NO_ALIAS} AS lab FROM ({buckets}) AS b "
         f"WHERE {_own_rows_condition(s, 'b')} "
         "UNION ALL "
-        f"SELECT ts, labels['{ALIAS}'] AS device_id, metric_id, sum(value) AS value, "
-        f"{_with_origins('b.device_id')} AS lab "
-        f"FROM ({buckets}) AS b WHERE labels['{ALIAS}'] IN {{devices:Array(String)}} "
-        f"GROUP BY ts, device_id, metric_id, {_NO_ALIAS}"
+        + _summed_by_alias(
+            f"SELECT ts, device_id AS src, metric_id, value, labels FROM ({buckets}) AS b "
+            f"WHERE b.labels['{ALIAS}'] IN {{devices:Array(String)}}"
+        )
     )
     if s.only:
         params["only"] = list(s.only)

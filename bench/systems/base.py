@@ -81,8 +81,11 @@ class System(ABC):
         """Load `data` into a separate, fresh store of the same kind and return its size."""
         raise NotImplementedError
 
-    def extra_measurements(self, data: Dataset, quick: bool) -> dict[str, Any]:
-        """System-specific figures beyond the common ones (jobscope: drain, freshness...)."""
+    def extra_measurements(
+        self, data: Dataset, quick: bool, only: frozenset[str] | None = None
+    ) -> dict[str, Any]:
+        """System-specific figures beyond the common ones (jobscope: drain, freshness...);
+        `only`: just these of them (`python -m bench --only`)."""
         return {}
 
     @abstractmethod

@@ -11,7 +11,9 @@ Measured here, beyond the common figures:
   (applying the schema until then) and the overall rate beside it.
 - `freshness_p50_s` / `freshness_p99_s`: under the fleet's steady load (replayed in real time
   with current timestamps), how long a reading takes from produce to queryable.
-- `api_1m_readings_s`: about a million readings fetched completely through the REST API.
+- the job API (bench/systems/jobscope_api.py): a job of ~1 M readings in every format, through
+  the API and straight from ClickHouse, its summary, a 1-minute step over the whole data set,
+  the API's memory while it exports a large job.
 - `drain_variants` (RowBinary, readings per message) and `format_variants` (RowBinary,
   JSONEachRow, CSV, a row per reading through a bare Kafka table).
 
@@ -33,13 +35,13 @@ from pathlib import Path
 from typing import Any
 
 import chdb
-import httpx
 import numpy as np
 from clickhouse_connect.driver.client import Client
 from confluent_kafka import KafkaError, Message, Producer
 
 from bench import payloads
 from bench.dataset import US, Dataset, utc
+from bench.systems import jobscope_api
 from bench.systems.base import Ingest, Selection, System, free_port, run_parallel, wait_for
 from clickhouse.migrate import MigrationSettings, apply_migrations, render
 from producers.config import ProducerSettings
@@ -62,7 +64,6 @@ CHECK_INTERVAL_S = 0.05
 WARMUP_READINGS = 2_400_000  # produced to a topic of their own before the ingest is timed
 # Keyed by quick (True) or full run (False):
 VARIANT_SECONDS = {True: 50, False: 120}  # data drained per variant: 200,000 / 2.4 M readings
-API_LIMIT_S = {True: 60.0, False: 300.0}  # the API fetch is abandoned after this
 FRESHNESS_S = {True: 12, False: 60}  # length of the steady-load phase
 
 # The format comparison's Kafka table: a row per reading in the format under test, with the
@@ -431,21 +432,28 @@ class Jobscope(System):
 
     # -- jobscope-only figures -------------------------------------------------------------
 
-    def extra_measurements(self, data: Dataset, quick: bool) -> dict[str, Any]:
-        """Each figure on its own: one that fails is recorded and the others still run."""
+    def extra_measurements(
+        self, data: Dataset, quick: bool, only: frozenset[str] | None = None
+    ) -> dict[str, Any]:
+        """Each figure on its own: one that fails is recorded and the others still run
+        (a step may also report failed parts of its own). `only`: these steps alone."""
         out: dict[str, Any] = {}
         failed: dict[str, str] = {}
         # Freshness and the API first, while the server holds only the production pipeline;
         # each drain drops its database (and so its consumers) once its figures are taken.
         steps: list[tuple[str, Callable[[], dict[str, Any]]]] = [
             ("freshness", lambda: self._freshness(data, quick)),
-            ("api", lambda: self._api(data, API_LIMIT_S[quick])),
+            ("api", lambda: self._api(data, quick)),
             ("drain", lambda: self._drain_figures(data, quick)),
         ]
         for name, step in steps:
+            if only is not None and name not in only:
+                continue
             log.info("jobscope: %s", name)
             try:
-                out.update(step())
+                figures = step()
+                failed.update(figures.pop("failed_measurements", {}))
+                out.update(figures)
             except Exception as exc:
                 log.error("jobscope: %s failed: %s", name, exc)
                 failed[name] = f"{type(exc).__name__}: {exc}"
@@ -478,40 +486,11 @@ class Jobscope(System):
             "drain_variants": variants,
         }
 
-    def _api(self, data: Dataset, limit_s: float) -> dict[str, Any]:
-        """~1 M readings through GET /api/metrics, read completely by the client; given up
-        (and recorded as such) after `limit_s`, so that the run stays bounded."""
+    def _api(self, data: Dataset, quick: bool) -> dict[str, Any]:
+        """The job API's figures (bench/systems/jobscope_api.py), on the API started here."""
+        assert self.reader is not None
         services.start_api(self.settings)
-        spec = data.spec
-        devices = list(
-            np.linspace(0, spec.devices, min(100, spec.devices), endpoint=False).astype(int)
-        )
-        ticks = max(1, 1_000_000 // (len(devices) * spec.metrics))
-        start_us = spec.start_us
-        end_us = start_us + min(ticks * spec.period_s, spec.duration_s) * US  # exclusive
-        expected = data.count(devices, start_us, end_us)
-        params = {
-            "devices": ",".join(data.devices[i] for i in devices),
-            "start_time": utc(start_us).isoformat(),
-            "end_time": utc(end_us - 1).isoformat(),  # the API's end is <=
-        }
-        began = time.perf_counter()
-        body = bytearray()
-        url = f"{self.settings.api_url}/api/metrics"
-        with httpx.stream("GET", url, params=params, timeout=TIMEOUT) as response:
-            response.raise_for_status()
-            for chunk in response.iter_bytes():
-                body += chunk
-                if time.perf_counter() - began > limit_s:
-                    got = body.count(b'"timestamp"')
-                    log.warning("jobscope: API fetch abandoned after %.0f s", limit_s)
-                    note = f"abandoned after {limit_s:.0f} s: {got:,} of {expected:,} readings"
-                    return {"api_1m_readings_s": None, "api_note": note}
-        seconds = time.perf_counter() - began
-        got = body.count(b'"timestamp"')
-        if got != expected:
-            raise RuntimeError(f"the API returned {got} readings, expected {expected}")
-        return {"api_1m_readings_s": seconds, "api_readings": got, "api_bytes": len(body)}
+        return jobscope_api.measure(self.settings, self.reader, data, quick)
 
     def _freshness(self, data: Dataset, quick: bool) -> dict[str, Any]:
         """Replay the fleet in real time with current timestamps on `readings`, plus a probe

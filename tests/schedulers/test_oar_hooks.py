@@ -158,7 +158,8 @@ def test_prologue_then_epilogue(oar_config, oarstat, run_hook, jobs) -> None:
     assert parse(job["start"]) == iso(start) and job["end"] is None
     assert job["labels"]["name"] == "bench"
     assert job["labels"]["types"] == "exotic,monitor=wattmetre_power_watt"
-    assert job["labels"]["scheduler"] == "oar"
+    assert job["labels"]["scheduler"] == "oar" and job["labels"]["jobType"] == "PASSIVE"
+    assert "array_id" not in job["labels"]  # a job alone is an array of itself in OAR
 
     stop = start + 4
     oarstat.knows(job_id, startTime=start, stopTime=stop, state="Finishing", exit_code=0)
@@ -171,14 +172,18 @@ def test_prologue_then_epilogue(oar_config, oarstat, run_hook, jobs) -> None:
     assert job["labels"]["exit_code"] == "0"
 
 
-def test_job_in_error(oar_config, oarstat, run_hook, jobs) -> None:
+def test_array_job_in_error(oar_config, oarstat, run_hook, jobs) -> None:
     job_id = new_job_id()
-    oarstat.knows(job_id)
+    array = {"array_id": int(job_id) - 1, "array_index": 2}  # 2nd job of oarsub --array
+    oarstat.knows(job_id, **array)
     done, _ = run_hook(PROLOGUE, oar_server_env(oar_config), job_id)
     assert_quiet(done)
-    start = parse(jobs.wait(job_id)["start"])
+    job = jobs.wait(job_id)
+    assert job["labels"]["array_id"] == str(int(job_id) - 1)
+    assert job["labels"]["array_index"] == "2"
+    start = parse(job["start"])
 
-    oarstat.knows(job_id, state="Error", stopTime=0)  # no stop time: the epilogue's "now"
+    oarstat.knows(job_id, state="Error", stopTime=0, **array)  # no stop time: "now"
     done, _ = run_hook(EPILOGUE, oar_server_env(oar_config), job_id)
     assert_quiet(done)
     job = jobs.wait(job_id, lambda j: j["state"] != "running")

@@ -191,11 +191,21 @@ def test_wrong_token_exits_0_and_reports_401(write_config, api_url, run_hook, jo
     config = write_config(api_url, "not-a-jobscope-token")
     done, _ = run_hook(PROLOG, slurmctld_env(config, job_id, "prolog_slurmctld"))
     assert done.returncode == 0
-    assert "401" in done.stderr and "JOBSCOPE_TOKEN" in done.stderr, done.stderr
+    assert "answered 401: unknown token; check JOBSCOPE_TOKEN" in done.stderr, done.stderr
     assert len(done.stderr.splitlines()) == 1
     done, _ = run_hook(EPILOG, slurmctld_env(config, job_id, "epilog_slurmctld"))
     assert done.returncode == 0 and "401" in done.stderr, done.stderr
     assert jobs.get(job_id).status_code == 404  # nothing was stored
+
+
+def test_job_refused_by_the_api_is_reported_with_the_field(hook_config, run_hook, jobs) -> None:
+    job_id = new_job_id()
+    env = slurmctld_env(hook_config, job_id, "prolog_slurmctld", SLURM_JOB_NODELIST="node-[1-")
+    done, _ = run_hook(PROLOG, env)
+    assert done.returncode == 0
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and "answered 400" in lines[0] and "nodes" in lines[0], done.stderr
+    assert jobs.get(job_id).status_code == 404
 
 
 def test_broken_install_and_missing_config_still_exit_0(tmp_path, run_hook) -> None:

@@ -1,0 +1,416 @@
+"""jobscope's REST API on the bench's data (issue 7's figures), measured by jobscope.py.
+
+Jobs are created with `POST /api/jobs` (the admin token of the stack's secrets) over the
+bench's own data (past dates: the bench keeps 10 years of readings), then:
+- `api_1m_<format>_s`: `GET /api/jobs/{id}/metrics?format=<format>` for ~100 devices x the
+  span holding ~1,000,000 readings, received completely by an httpx client (median of the
+  runs), readings counted (text formats: rows; Parquet, Arrow: pyarrow);
+  `api_1m_readings_s`: the best format's (`api_1m_best_format`).
+- `api_1m_direct_<format>_s`: the same SQL (the API's own functions: `scope_rows`,
+  `formats.projected`, the job's selection) in the same ClickHouse format, straight from
+  ClickHouse as the API's read-only user, received completely in 1 MiB blocks; the
+  overhead of the API = its time / the direct time, of the best API format.
+- `api_summary_1m_readings_s`: `GET /api/jobs/{id}/summary` of that job.
+- `api_step_1m_s`: `GET /api/jobs/{id}/metrics?step=1m&agg=avg` of the same devices over the
+  whole data set (served from the 1-minute rollup).
+- `api_export_peak_rss_mb`: the API process's resident memory (VmRSS, sampled every 20 ms)
+  while it exports a large job (10 M readings full, the whole quick data set) as NDJSON to
+  a client that counts the rows and discards the bytes.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import math
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import numpy as np
+import pyarrow.ipc
+import pyarrow.parquet
+from clickhouse_connect.driver.client import Client
+
+from api import formats as api_formats
+from api.jobs import get_job
+from api.queries.metrics import scope_rows
+from api.scope import EVERYTHING, job_selection
+from bench.dataset import US, Dataset, utc
+from bench.profiles import FULL, QUICK
+from stack import secrets, services
+from stack.config import StackSettings
+
+log = logging.getLogger("bench.jobscope")
+
+FORMATS = tuple(api_formats.FORMATS)  # json, ndjson, csv, parquet, arrow
+JOB_READINGS = 1_000_000  # the scope of the job timed in every format
+EXPORT_READINGS = 10_000_000  # the export watched for memory (capped by the data set)
+EXPORT_FORMAT = "ndjson"
+RSS_INTERVAL_S = 0.02
+READ_BLOCK = 1 << 20
+TIMEOUT = 900.0
+LIMIT_S = {True: 60.0, False: 300.0}  # one API fetch is abandoned after this (quick, full)
+JOB_VISIBLE_S = 60.0  # a job answered 202 must be readable within this
+
+# Newlines of a body that are not rows: JSON's array ("[{..},\n...{..}\n]\n"), CSV's header.
+EXTRA_NEWLINES = {"json": 1, "ndjson": 0, "csv": 1}
+GOALS = {
+    "api_1m_readings_s": 1.0,
+    "api_1m_overhead_ratio": 1.2,
+    "api_summary_1m_readings_s": 0.3,
+    "api_step_1m_s": 0.05,
+}
+
+
+class Abandoned(Exception):
+    """A fetch that took longer than the run allows."""
+
+
+def measure(settings: StackSettings, reader: Client, data: Dataset, quick: bool) -> dict[str, Any]:
+    """Every figure above; the API must be running. A part that fails is recorded under
+    `failed_measurements` (`api.<part>`), the others still run."""
+    spec = data.spec
+    repeats = (QUICK if quick else FULL).repeats
+    limit_s = LIMIT_S[quick]
+    token = secrets.load_or_create(settings.state_dir)["JOBSCOPE_ADMIN_TOKEN"]
+    out: dict[str, Any] = {}
+    failed: dict[str, str] = {}
+
+    # The ~1 M-reading job: 100 devices spread over the fleet, from the start of the data.
+    devices = _spread(spec.devices, min(100, spec.devices))
+    ticks = max(1, JOB_READINGS // (len(devices) * spec.metrics))
+    end_us = spec.start_us + min(ticks * spec.period_s, spec.duration_s) * US  # exclusive
+    job = _Job("bench-1m", data, devices, spec.start_us, end_us)
+    # The same devices over the whole data set (step), and the large export.
+    whole = _Job("bench-whole", data, devices, spec.start_us, spec.end_us)
+    per_device = spec.ticks * spec.metrics
+    export_devices = min(spec.devices, math.ceil(EXPORT_READINGS / per_device))
+    export = _Job(
+        "bench-export", data, _spread(spec.devices, export_devices), spec.start_us, spec.end_us
+    )
+
+    with httpx.Client(base_url=settings.api_url, timeout=TIMEOUT) as http:
+        for j in (job, whole, export):
+            j.create(http, token)
+        out["api_jobs"] = {j.job_id: j.describe() for j in (job, whole, export)}
+
+        def part(name: str, run: Callable[[], dict[str, Any]]) -> None:
+            log.info("jobscope: API, %s", name)
+            try:
+                out.update(run())
+            except Exception as exc:
+                log.error("jobscope: API, %s failed: %s", name, exc)
+                failed[f"api.{name}"] = f"{type(exc).__name__}: {exc}"
+
+        part("formats", lambda: _formats(http, reader, job, repeats, limit_s))
+        part("devices", lambda: _devices_endpoint(http, job, limit_s))
+        part("summary", lambda: _summary(http, job, repeats, limit_s))
+        part("step", lambda: _step(http, whole, repeats, limit_s))
+        pid = services.process(settings, "api").pid()
+        part("export", lambda: _export(http, export, pid))
+    out["api_goals"] = GOALS
+    if failed:
+        out["failed_measurements"] = failed
+    return out
+
+
+class _Job:
+    """A job of the bench: `devices` (indexes) over [start_us, end_us) of `data`."""
+
+    def __init__(
+        self, job_id: str, data: Dataset, devices: list[int], start_us: int, end_us: int
+    ) -> None:
+        self.job_id = job_id
+        self.devices = devices
+        self.nodes = [data.devices[i] for i in devices]
+        self.start_us, self.end_us = start_us, end_us
+        self.readings = data.count(devices, start_us, end_us)
+        self.data = data
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "devices": len(self.devices),
+            "start": utc(self.start_us).isoformat(),
+            "end": utc(self.end_us - 1).isoformat(),
+            "readings": self.readings,
+        }
+
+    def create(self, http: httpx.Client, token: str) -> None:
+        """POST the job (terminated: its end is the data's last microsecond in its span,
+        the API's end being inclusive); wait until it can be read when answered 202."""
+        document = {
+            "job_id": self.job_id,
+            "user": "bench",
+            "nodes": self.nodes,
+            "start": utc(self.start_us).isoformat(),
+            "end": utc(self.end_us - 1).isoformat(),
+            "state": "terminated",
+        }
+        began = time.monotonic()
+        r = http.post("/api/jobs", json=document, headers={"Authorization": f"Bearer {token}"})
+        if r.status_code not in (201, 202):
+            raise RuntimeError(f"POST /api/jobs {self.job_id}: HTTP {r.status_code}: {r.text}")
+        visible = r.status_code == 201
+        while not visible:  # 202: in Kafka, not yet in ClickHouse
+            if time.monotonic() - began > JOB_VISIBLE_S:
+                raise TimeoutError(f"job {self.job_id} not readable after {JOB_VISIBLE_S:.0f} s")
+            time.sleep(0.1)
+            r = http.get(f"/api/jobs/{self.job_id}")
+            visible = r.status_code == 200 and len(r.json()["nodes"]) == len(self.nodes)
+        log.info(
+            "jobscope: API, job %s: %d devices, %s readings, readable in %.2f s",
+            self.job_id,
+            len(self.nodes),
+            f"{self.readings:,}",
+            time.monotonic() - began,
+        )
+
+
+def _formats(
+    http: httpx.Client, reader: Client, job: _Job, repeats: int, limit_s: float
+) -> dict[str, Any]:
+    """The job's readings in every format, through the API and straight from ClickHouse
+    (alternately, so that both see the same caches); counts checked on every run."""
+    selection = job_selection(get_job(reader, job.job_id), EVERYTHING)
+    if selection is None:
+        raise RuntimeError(f"job {job.job_id} has an empty scope")
+    out: dict[str, Any] = {}
+    api_runs: dict[str, Any] = {}
+    direct_runs: dict[str, Any] = {}
+    notes = []
+    for name in FORMATS:
+        fmt = api_formats.FORMATS[name]
+        params: dict[str, Any] = {}
+        sql = api_formats.projected(scope_rows(selection, params), fmt)
+        api: list[float] = []
+        direct: list[float] = []
+        sizes: dict[str, int] = {}
+        for _ in range(repeats):
+            if name not in api_runs:
+                try:
+                    seconds, body = _get(
+                        http, f"/api/jobs/{job.job_id}/metrics", {"format": name}, limit_s
+                    )
+                except Abandoned as exc:
+                    notes.append(f"{name}: {exc}")
+                    api_runs[name] = {"abandoned": str(exc)}
+                else:
+                    _check(f"API {name}", rows(name, body), job.readings)
+                    api.append(seconds)
+                    sizes["api_bytes"] = sum(map(len, body))
+                    del body
+            seconds, body = _direct(reader, sql, params, fmt.clickhouse)
+            # ClickHouse's JSONEachRow: the API's json is that, made an array on the way.
+            _check(f"direct {name}", rows("ndjson" if name == "json" else name, body), job.readings)
+            direct.append(seconds)
+            sizes["direct_bytes"] = sum(map(len, body))
+            del body
+        if api:
+            api_runs[name] = {"runs": api, "bytes": sizes["api_bytes"]}
+            out[f"api_1m_{name}_s"] = statistics.median(api)
+        else:
+            out[f"api_1m_{name}_s"] = None
+        direct_runs[name] = {"runs": direct, "bytes": sizes["direct_bytes"]}
+        out[f"api_1m_direct_{name}_s"] = statistics.median(direct)
+        log.info(
+            "jobscope: API, %s readings as %s: API %s s, ClickHouse directly %.3f s",
+            f"{job.readings:,}",
+            name,
+            "n/a" if not api else f"{statistics.median(api):.3f}",
+            statistics.median(direct),
+        )
+    by_format = {
+        name: out[f"api_1m_{name}_s"] / out[f"api_1m_direct_{name}_s"]
+        for name in FORMATS
+        if out[f"api_1m_{name}_s"] is not None
+    }
+    timed = {name: out[f"api_1m_{name}_s"] for name in by_format}
+    best = min(timed, key=timed.__getitem__) if timed else None
+    out.update(
+        {
+            "api_1m_readings_s": timed[best] if best else None,
+            "api_1m_best_format": best,
+            "api_1m_direct_s": out[f"api_1m_direct_{best}_s"] if best else None,
+            "api_1m_overhead_ratio": by_format[best] if best else None,
+            "api_1m_overhead_by_format": by_format,
+            "api_1m_readings": job.readings,
+            "api_1m_runs": api_runs,
+            "api_1m_direct_runs": direct_runs,
+        }
+    )
+    if notes:
+        out["api_note"] = "; ".join(notes)
+    return out
+
+
+def _devices_endpoint(http: httpx.Client, job: _Job, limit_s: float) -> dict[str, Any]:
+    """The same readings through `GET /api/metrics?devices=` (JSON), once."""
+    params = {
+        "devices": ",".join(job.nodes),
+        "start_time": utc(job.start_us).isoformat(),
+        "end_time": utc(job.end_us - 1).isoformat(),  # the API's end is <=
+    }
+    try:
+        seconds, body = _get(http, "/api/metrics", params, limit_s)
+    except Abandoned as exc:
+        return {"api_devices_1m_json_s": None, "api_devices_note": str(exc)}
+    _check("API /api/metrics?devices=", rows("json", body), job.readings)
+    return {"api_devices_1m_json_s": seconds}
+
+
+def _summary(http: httpx.Client, job: _Job, repeats: int, limit_s: float) -> dict[str, Any]:
+    """The job's summary; the counts of its series add up to the job's readings."""
+    runs = []
+    for _ in range(repeats):
+        seconds, body = _get(http, f"/api/jobs/{job.job_id}/summary", {}, limit_s)
+        runs.append(seconds)
+        summary = json.loads(b"".join(body))
+        _check("summary", sum(m["count"] for m in summary["metrics"]), job.readings)
+    return {
+        "api_summary_1m_readings_s": statistics.median(runs),
+        "api_summary_runs": runs,
+        "api_summary_series": len(summary["metrics"]),
+        "api_summary_energy_rows": len(summary["energy"]),
+    }
+
+
+def _step(http: httpx.Client, job: _Job, repeats: int, limit_s: float) -> dict[str, Any]:
+    """1-minute averages of the job over the whole data set: a row per series and minute."""
+    minutes = job.data.poll_us[:, job.devices] // (60 * US)
+    expected = sum(len(np.unique(minutes[:, j])) for j in range(minutes.shape[1]))
+    expected *= job.data.spec.metrics
+    runs = []
+    size = 0
+    for _ in range(repeats):
+        seconds, body = _get(
+            http, f"/api/jobs/{job.job_id}/metrics", {"step": "1m", "agg": "avg"}, limit_s
+        )
+        runs.append(seconds)
+        size = sum(map(len, body))
+        _check("step=1m", rows("json", body), expected)
+    return {
+        "api_step_1m_s": statistics.median(runs),
+        "api_step_runs": runs,
+        "api_step_rows": expected,
+        "api_step_bytes": size,
+        "api_step_job_readings": job.readings,
+    }
+
+
+def _export(http: httpx.Client, job: _Job, pid: int | None) -> dict[str, Any]:
+    """The API's resident memory while it streams a large job to a client that counts the
+    rows and keeps nothing."""
+    if pid is None:
+        raise RuntimeError("the API process is not running")
+    before = _status_kb(pid, "VmRSS")
+    samples: list[int] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        while True:
+            samples.append(_status_kb(pid, "VmRSS"))
+            if stop.wait(RSS_INTERVAL_S):
+                return
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    newlines = size = 0
+    began = time.perf_counter()
+    try:
+        path = f"/api/jobs/{job.job_id}/metrics"
+        with http.stream("GET", path, params={"format": EXPORT_FORMAT}) as response:
+            _raise_for_status(response, path)
+            for chunk in response.iter_bytes():
+                newlines += chunk.count(b"\n")
+                size += len(chunk)
+        seconds = time.perf_counter() - began
+    finally:
+        stop.set()
+        sampler.join()
+    _check(f"export ({EXPORT_FORMAT})", newlines - EXTRA_NEWLINES[EXPORT_FORMAT], job.readings)
+    peak = max(samples)
+    return {
+        "api_export_peak_rss_mb": peak / 1024,
+        "api_export_rss_before_mb": before / 1024,
+        "api_export_rss_growth_mb": (peak - before) / 1024,
+        "api_export_vmhwm_mb": _status_kb(pid, "VmHWM") / 1024,  # peak since the API started
+        "api_export_readings": job.readings,
+        "api_export_devices": len(job.devices),
+        "api_export_format": EXPORT_FORMAT,
+        "api_export_bytes": size,
+        "api_export_s": seconds,
+        "api_export_rss_samples": len(samples),
+    }
+
+
+# -- helpers -----------------------------------------------------------------------------
+
+
+def _spread(fleet: int, n: int) -> list[int]:
+    """`n` device indexes spread evenly over a fleet of `fleet`."""
+    return [int(i) for i in np.linspace(0, fleet, n, endpoint=False).astype(int)]
+
+
+def _raise_for_status(response: httpx.Response, path: str) -> None:
+    if response.status_code != 200:
+        response.read()
+        raise RuntimeError(f"GET {path}: HTTP {response.status_code}: {response.text[:2000]}")
+
+
+def _get(
+    http: httpx.Client, path: str, params: dict[str, str], limit_s: float
+) -> tuple[float, list[bytes]]:
+    """GET `path`, the body received completely (its chunks as they arrive); seconds."""
+    chunks: list[bytes] = []
+    began = time.perf_counter()
+    with http.stream("GET", path, params=params) as response:
+        _raise_for_status(response, path)
+        for chunk in response.iter_bytes():
+            chunks.append(chunk)
+            if time.perf_counter() - began > limit_s:
+                got = sum(map(len, chunks))
+                raise Abandoned(f"abandoned after {limit_s:.0f} s ({got:,} bytes received)")
+    return time.perf_counter() - began, chunks
+
+
+def _direct(
+    reader: Client, sql: str, params: dict[str, Any], clickhouse_format: str
+) -> tuple[float, list[bytes]]:
+    """`sql` from ClickHouse in `clickhouse_format`, read completely in large blocks."""
+    chunks: list[bytes] = []
+    began = time.perf_counter()
+    stream = reader.raw_stream(sql, parameters=params, fmt=clickhouse_format)
+    try:
+        while block := stream.read(READ_BLOCK):
+            chunks.append(block)
+    finally:
+        stream.close()
+    return time.perf_counter() - began, chunks
+
+
+def rows(layout: str, body: list[bytes]) -> int:
+    """Readings in a body of `layout` (a format name of the API)."""
+    if layout == "parquet":
+        return pyarrow.parquet.read_table(io.BytesIO(b"".join(body))).num_rows
+    if layout == "arrow":
+        return pyarrow.ipc.open_stream(b"".join(body)).read_all().num_rows
+    return sum(c.count(b"\n") for c in body) - EXTRA_NEWLINES[layout]
+
+
+def _check(what: str, got: int, expected: int) -> None:
+    if got != expected:
+        raise RuntimeError(f"{what} returned {got:,} readings, expected {expected:,}")
+
+
+def _status_kb(pid: int, field: str) -> int:
+    """A field of /proc/<pid>/status, in kB (VmRSS: resident now; VmHWM: its peak)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no {field} in /proc/{pid}/status")

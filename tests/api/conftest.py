@@ -1,0 +1,58 @@
+"""Helpers for the API tests: readings written straight into `metrics`, jobs through the API."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import httpx
+import pytest
+from clickhouse_connect.driver.client import Client
+
+COLUMNS = ["timestamp", "device_id", "metric_id", "value", "labels"]
+Row = list[Any]
+
+
+@pytest.fixture(scope="session")
+def insert_readings(admin_client: Client) -> Callable[[list[Row]], None]:
+    def insert(rows: list[Row]) -> None:
+        admin_client.insert("metrics", rows, column_names=COLUMNS)
+
+    return insert
+
+
+@pytest.fixture(scope="session")
+def post_job(api_url: str, api_tokens: dict[str, str]) -> Callable[..., dict[str, Any]]:
+    """POST a job with the scheduler's token; return it once it is queryable."""
+
+    def post(**job: Any) -> dict[str, Any]:
+        headers = {"Authorization": f"Bearer {api_tokens['scheduler']}"}
+        response = httpx.post(f"{api_url}/api/jobs", json=job, headers=headers, timeout=30)
+        assert response.status_code in (201, 202), response.text
+        wait_for_job(api_url, job["job_id"])
+        return response.json()
+
+    return post
+
+
+def wait_for_job(api_url: str, job_id: str, timeout: float = 20.0, **expected: Any) -> dict:
+    """GET the job until it exists (and has the `expected` fields), or fail."""
+    deadline = time.monotonic() + timeout
+    while True:
+        response = httpx.get(f"{api_url}/api/jobs/{job_id}", timeout=10)
+        if response.status_code == 200:
+            job = response.json()
+            if all(job.get(k) == v for k, v in expected.items()):
+                return job
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"job {job_id} not as expected within {timeout} s: {response.text}"
+            )
+        time.sleep(0.1)
+
+
+def iso(t: datetime) -> str:
+    """Kwollect's timestamp of a naive UTC datetime."""
+    return t.strftime("%Y-%m-%dT%H:%M:%S.%f+00:00")
