@@ -50,7 +50,9 @@ def load_devices(path: Path) -> list[DeviceEntry]:
     items, lines = _yaml_list(path)
     entries: list[DeviceEntry] = []
     errors: list[str] = []
-    first_seen: dict[tuple[str, str], int] = {}
+    # An entry is one series per metric: the same name on one device is allowed only with
+    # other labels (a PDU's outlets: `outlet`, `_device_alias`).
+    first_seen: dict[tuple[str, str, frozenset[tuple[str, str]]], int] = {}
     for index, (item, line) in enumerate(zip(items, lines, strict=True), start=1):
         where = _where(path, index, line, item)
         try:
@@ -62,11 +64,11 @@ def load_devices(path: Path) -> list[DeviceEntry]:
         except ValueError as exc:
             errors.append(f"{where}: url: {exc}")
             continue
-        key = (entry.device_id, entry.name)
+        key = (entry.device_id, entry.name, frozenset(entry.labels.items()))
         if key in first_seen:
             errors.append(
-                f"{where}: name: {entry.name} of {entry.device_id} is already "
-                f"defined by entry {first_seen[key]}"
+                f"{where}: name: {entry.name} of {entry.device_id} with these labels is "
+                f"already defined by entry {first_seen[key]}"
             )
             continue
         first_seen[key] = index

@@ -25,7 +25,8 @@ def up(settings: StackSettings) -> None:
     status(settings)
     print(
         f"\nTry: curl '{settings.api_url}/api/metrics?devices=node-1&metrics=tester_value_00'"
-        f"\nDocs: {settings.api_url}/docs    Stop: make down    Passwords: "
+        f"\nJobs: POST {settings.api_url}/api/jobs with the token JOBSCOPE_ADMIN_TOKEN (README)"
+        f"\nDocs: {settings.api_url}/docs    Stop: make down    Passwords and tokens: "
         f"{settings.state_dir / 'secrets.env'}"
     )
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi import APIRouter, Body, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from api.auth import Role, require
@@ -17,7 +17,16 @@ from api.queries.catalog import catalog_query
 from api.queries.jobs import JobFilter, jobs_query
 from api.queries.summary import summarise
 from api.routes.metrics import _RESPONSES, AskedDep, ReadingsQueryDep, respond
-from api.schemas import CatalogEntry, ErrorBody, Job, JobCreate, JobFields, JobState, JobSummary
+from api.schemas import (
+    CatalogEntry,
+    ErrorBody,
+    Job,
+    JobCreate,
+    JobFields,
+    JobState,
+    JobSummary,
+    Reading,
+)
 from api.scope import EVERYTHING, job_selection
 
 router = APIRouter(prefix="/api/jobs", tags=["jobs"])
@@ -47,7 +56,40 @@ def _written(request: Request, job: JobCreate, created: int) -> JSONResponse:
     responses=_WRITE_RESPONSES,
     summary="Create or replace a job (scheduler or admin token)",
 )
-def post_job(request: Request, _role: Writer, job: JobCreate) -> JSONResponse:
+def post_job(
+    request: Request,
+    _role: Writer,
+    job: Annotated[
+        JobCreate,
+        Body(
+            openapi_examples={
+                "slurm": {
+                    "summary": "a Slurm job starting (as the prolog hook sends it)",
+                    "value": {
+                        "job_id": "1234_5",
+                        "user": "alice",
+                        "queue": "gpu",
+                        "nodes": "node-[1-4,7]",
+                        "start": "2026-11-23T10:00:00Z",
+                        "state": "running",
+                        "site": "nancy",
+                    },
+                },
+                "oar": {
+                    "summary": "an OAR job, nodes listed, times in Unix seconds",
+                    "value": {
+                        "job_id": "4242",
+                        "user": "bob",
+                        "nodes": ["grisou-1.nancy.grid5000.fr", "grisou-2.nancy.grid5000.fr"],
+                        "start": 1795424400,
+                        "end": 1795428000,
+                        "state": "terminated",
+                    },
+                },
+            }
+        ),
+    ],
+) -> JSONResponse:
     """The whole job; a job id already known is replaced (a scheduler's hook may run twice).
     201 once the job is queryable, 202 when Kafka has it but ClickHouse has not shown it yet."""
     return _written(request, job, 201)
@@ -61,7 +103,21 @@ def post_job(request: Request, _role: Writer, job: JobCreate) -> JSONResponse:
     summary="Change some fields of a job (scheduler or admin token)",
 )
 def patch_job(
-    request: Request, _role: Writer, clickhouse: ClickHouseDep, job_id: JobId, patch: JobFields
+    request: Request,
+    _role: Writer,
+    clickhouse: ClickHouseDep,
+    job_id: JobId,
+    patch: Annotated[
+        JobFields,
+        Body(
+            openapi_examples={
+                "end": {
+                    "summary": "the job ended (as the epilog hook sends it)",
+                    "value": {"end": "2026-11-23T12:00:00Z", "state": "terminated"},
+                }
+            }
+        ),
+    ],
 ) -> JSONResponse:
     """E.g. `{"end": "2026-11-23T12:00:00Z", "state": "terminated"}` when the job ends."""
     job = merged(get_job(clickhouse, job_id), patch)
@@ -113,6 +169,7 @@ def read_job(clickhouse: ClickHouseDep, job_id: JobId) -> Job:
 @router.get(
     "/{job_id}/metrics",
     operation_id="get_job_metrics",
+    response_model=list[Reading],
     responses=_RESPONSES,
     summary="Every reading of a job's scope",
 )

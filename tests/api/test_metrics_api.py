@@ -109,9 +109,12 @@ def test_bad_parameters_are_named(api_url: str, params: dict[str, str], paramete
 def test_parameters_are_bound(api_url: str, readings: tuple[str, datetime]) -> None:
     prefix, _ = readings
     for hostile in ("x' OR '1'='1", "x') OR 1=1 --", "\\'; DROP TABLE metrics; --"):
-        response = _get(api_url, devices=hostile, start_time="2000-01-01")
+        response = _get(api_url, devices=hostile, start_time="2000-01-01", end_time="2100-01-01")
         assert response.status_code == 200 and response.json() == []
-    assert _get(api_url, devices=f"{prefix}-1", start_time="2000-01-01").json() != []
+    assert (
+        _get(api_url, devices=f"{prefix}-1", start_time="2000-01-01", end_time="2100-01-01").json()
+        != []
+    )
 
 
 def test_openapi_docs(api_url: str) -> None:
@@ -141,3 +144,47 @@ def test_health_degraded_when_nothing_answers() -> None:
         assert not body["kafka"]["ok"] and not body["clickhouse"]["ok"]
         response = client.get("/api/metrics", params={"devices": "n"})
         assert response.status_code == 503 and "ClickHouse" in response.json()["error"]
+
+
+def test_kwollect_time_defaults(api_url: str, readings: tuple[str, datetime]) -> None:
+    """start_time alone means the 5 minutes from it; end_time alone the 5 minutes before."""
+    prefix, base = readings
+    before = (base - timedelta(minutes=4)).isoformat()
+    assert len(_get(api_url, devices=f"{prefix}-1", start_time=before).json()) == 6
+    assert (
+        _get(
+            api_url, devices=f"{prefix}-1", start_time=(base - timedelta(minutes=6)).isoformat()
+        ).json()
+        == []
+    )
+    after = (base + timedelta(minutes=4)).isoformat()
+    assert len(_get(api_url, devices=f"{prefix}-1", end_time=after).json()) == 6
+    # nodes and devices are one list; a node's domain suffix is ignored
+    both = _get(
+        api_url, devices=f"{prefix}-1", nodes=f"{prefix}-2.site.example.org", start_time=before
+    )
+    assert {r["device_id"] for r in both.json()} == {f"{prefix}-1", f"{prefix}-2"}
+
+
+def test_openapi_documents_every_endpoint_with_an_example(api_url: str) -> None:
+    spec = httpx.get(f"{api_url}/openapi.json").json()
+    schemas = spec["components"]["schemas"]
+
+    def has_example(node: object) -> bool:
+        if isinstance(node, dict):
+            if "$ref" in node:
+                return has_example(schemas[node["$ref"].rsplit("/", 1)[1]])
+            return "example" in node or "examples" in node or any(map(has_example, node.values()))
+        return isinstance(node, list) and any(map(has_example, node))
+
+    operations = [
+        (path, method, op) for path, item in spec["paths"].items() for method, op in item.items()
+    ]
+    assert len(operations) >= 10
+    for path, method, op in operations:
+        assert op.get("operationId") and op.get("summary"), (path, method)
+        ok = next(code for code in op["responses"] if code.startswith("2"))
+        assert has_example(op["responses"][ok]) or has_example(op.get("requestBody")), (
+            path,
+            method,
+        )

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from producers.config import DEMO_DEVICES, ConfigError, DeviceEntry, ProducerSettings, load_devices
+from producers.demo_fleet import demo_fleet
 
 PLUGINS_DIR = Path(__file__).resolve().parents[2] / "producers" / "plugins"
 
@@ -109,15 +110,29 @@ def test_every_bad_entry_is_reported_at_once(tmp_path: Path) -> None:
     path = write(
         tmp_path,
         VALID + "- just a string\n"
-        "- {name: tester_value, device_id: node-2, url: 'tester://', update_every: 1}\n",
+        "- {name: tester_value, device_id: node-2, url: 'tester://', update_every: 1,\n"
+        "   labels: {source: tester, _device_alias: node-2}}\n",
     )
     with pytest.raises(ConfigError) as raised:
         load_devices(path)
     assert str(raised.value).splitlines() == [
         f"{path} entry 3 (line 10): Input should be a valid dictionary or instance of DeviceEntry",
-        f"{path} entry 4 (line 11, device_id=node-2): name: tester_value of node-2 is already "
-        "defined by entry 2",
+        f"{path} entry 4 (line 11, device_id=node-2): name: tester_value of node-2 with these "
+        "labels is already defined by entry 2",
     ]
+
+
+def test_same_name_with_other_labels_is_another_series(tmp_path: Path) -> None:
+    """A PDU's outlets: one metric name, told apart by their labels."""
+    path = write(
+        tmp_path,
+        "".join(
+            f"- {{name: pdu_outlet_power_watt, device_id: pdu-1, url: 'tester://', "
+            f"update_every: 1000, labels: {{outlet: '{i}', _device_alias: node-{i}}}}}\n"
+            for i in (1, 2)
+        ),
+    )
+    assert [e.labels["outlet"] for e in load_devices(path)] == ["1", "2"]
 
 
 @pytest.mark.parametrize(
@@ -142,13 +157,16 @@ def test_plugin_sample_config_loads(sample: Path) -> None:
     assert load_devices(sample)
 
 
-def test_demo_fleet_is_50_devices_of_20_metrics_every_second() -> None:
+def test_demo_fleet_is_generated_and_valid() -> None:
+    """The file is what producers/demo_fleet.py prints: 50 nodes with 21 metrics each and 5
+    PDUs whose outlets power them, every second."""
+    assert DEMO_DEVICES.read_text() == demo_fleet()
     entries = load_devices(DEMO_DEVICES)
-    assert [entry.device_id for entry in entries] == [f"node-{i}" for i in range(1, 51)]
-    assert {
-        (entry.name, entry.url, entry.update_every, tuple(entry.labels.items()))
-        for entry in entries
-    } == {("tester_value", "tester://?metrics=20", 1000, (("source", "tester"),))}
+    assert {e.update_every for e in entries} == {1000}
+    nodes = [e.device_id for e in entries if e.name == "bmc_power_watt"]
+    assert nodes == [f"node-{i}" for i in range(1, 51)]
+    outlets = [e.labels["_device_alias"] for e in entries if e.device_id.startswith("pdu-")]
+    assert outlets == nodes  # every node is powered by exactly one outlet
 
 
 def test_settings_come_from_jobscope_environment(monkeypatch: pytest.MonkeyPatch) -> None:

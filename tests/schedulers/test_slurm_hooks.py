@@ -42,8 +42,11 @@ def slurmctld_env(config: Path, job_id: str, context: str, **more: str) -> dict[
         "SLURM_JOB_OVERSUBSCRIBE": "NO",
     }
     if context == "epilog_slurmctld":
-        env |= {"SLURM_JOB_EXIT_CODE": "0", "SLURM_JOB_EXIT_CODE2": "0:0"}
-        env |= {"SLURM_JOB_DERIVED_EC": "0"}
+        env |= {
+            "SLURM_JOB_EXIT_CODE": "0",
+            "SLURM_JOB_EXIT_CODE2": "0:0",
+            "SLURM_JOB_DERIVED_EC": "0",
+        }
     return env | more
 
 

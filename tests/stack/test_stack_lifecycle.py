@@ -31,10 +31,9 @@ def run_stack(command: str, env: dict[str, str]) -> subprocess.CompletedProcess[
 
 
 def served(api_url: str, device: str) -> int:
-    start = (datetime.now(UTC) - timedelta(hours=1)).replace(tzinfo=None).isoformat()
-    response = httpx.get(
-        f"{api_url}/api/metrics", timeout=30, params={"devices": device, "start_time": start}
-    )
+    now = datetime.now(UTC).replace(tzinfo=None)
+    window = {"start_time": (now - timedelta(hours=1)).isoformat(), "end_time": now.isoformat()}
+    response = httpx.get(f"{api_url}/api/metrics", timeout=30, params={"devices": device, **window})
     return len(response.json()) if response.status_code == 200 else 0
 
 
