@@ -22,6 +22,29 @@ ROWS = [
 
 QUERY_KEYS = {KEY_SELECTION: "query_100dev_10min_s"}  # query shapes that have a row of their own
 
+# jobscope's job API (bench/systems/jobscope_api.py): its formats, top-level keys and goals.
+API_FORMATS = ("json", "ndjson", "csv", "parquet", "arrow")
+API_KEYS = [
+    "api_1m_readings_s",
+    "api_1m_best_format",
+    "api_1m_direct_s",
+    "api_1m_overhead_ratio",
+    *(f"api_1m_{f}_s" for f in API_FORMATS),
+    *(f"api_1m_direct_{f}_s" for f in API_FORMATS),
+    "api_summary_1m_readings_s",
+    "api_step_1m_s",
+    "api_export_peak_rss_mb",
+    "api_export_rss_growth_mb",
+    "api_export_readings",
+    "api_export_format",
+]
+API_GOALS = {
+    "api_1m_readings_s": 1.0,
+    "api_1m_overhead_ratio": 1.2,
+    "api_summary_1m_readings_s": 0.3,
+    "api_step_1m_s": 0.05,
+}
+
 NOTES = [
     "VictoriaMetrics keeps millisecond timestamps (the data has microseconds; jobscope and "
     "PostgreSQL keep them): its expected counts are computed on truncated timestamps.",
@@ -59,7 +82,7 @@ def flatten(systems: dict[str, dict[str, Any]], extra: dict[str, Any]) -> dict[s
         "query_100dev_10min_s": ours.get("query_100dev_10min_s"),
         "bytes_per_reading": ours.get("bytes_per_reading"),
         "bytes_per_reading_int": ours.get("bytes_per_reading_int"),
-        "api_1m_readings_s": ours.get("api_1m_readings_s"),
+        **{key: ours.get(key) for key in API_KEYS},
     }
     for peer in PEERS:
         r = systems.get(peer, {})
@@ -155,11 +178,78 @@ def markdown(systems: dict[str, dict[str, Any]], results: dict[str, Any]) -> str
     return "\n".join(lines + footer)
 
 
+def _goal(js: dict[str, Any], key: str, fmt: str, detail: str = "") -> str:
+    """A figure, what it is beside, and whether it meets its goal (at most API_GOALS[key])."""
+    value, goal = js.get(key), API_GOALS[key]
+    text = _fmt(value, fmt) + (f" ({detail})" if detail else "")
+    if value is None:
+        return text
+    return f"{text}; goal <= {goal:g}: {'met' if value <= goal else 'MISSED'}"
+
+
+def api_rows(js: dict[str, Any]) -> list[tuple[str, str]]:
+    """The job API's figures (bench/systems/jobscope_api.py)."""
+    best = js.get("api_1m_best_format")
+    readings = js.get("api_1m_readings")
+    size = f"{readings / 1e6:.1f} M" if readings else "1 M"
+    rows = [
+        (
+            f"jobscope: API, job of {size} readings (GET /api/jobs/{{id}}/metrics) received "
+            "completely, best format, s",
+            js["api_note"]
+            if js.get("api_1m_readings_s") is None and "api_note" in js
+            else _goal(js, "api_1m_readings_s", "{:.3f}", best or ""),
+        ),
+        (
+            f"jobscope: API, job of {size} readings by format: API / ClickHouse directly "
+            "(same SQL and format, read-only user), s",
+            "; ".join(
+                f"{f} {_fmt(js.get(f'api_1m_{f}_s'), '{:.3f}')} / "
+                f"{_fmt(js.get(f'api_1m_direct_{f}_s'), '{:.3f}')}"
+                for f in API_FORMATS
+            ),
+        ),
+        (
+            "jobscope: API overhead, best format's time / ClickHouse directly in that format",
+            _goal(js, "api_1m_overhead_ratio", "{:.2f}x", best or ""),
+        ),
+        (
+            "jobscope: API, summary of that job (GET /api/jobs/{id}/summary), s",
+            _goal(
+                js,
+                "api_summary_1m_readings_s",
+                "{:.3f}",
+                f"summarise in-process {_fmt(js.get('api_summary_direct_s'), '{:.3f}')} s",
+            ),
+        ),
+        (
+            "jobscope: API, step=1m&agg=avg, same devices over the whole data set "
+            f"({_fmt(js.get('api_step_rows'), '{:,}')} rows, JSON), s",
+            _goal(
+                js,
+                "api_step_1m_s",
+                "{:.3f}",
+                f"ClickHouse directly {_fmt(js.get('api_step_direct_s'), '{:.3f}')} s",
+            ),
+        ),
+    ]
+    if js.get("api_export_peak_rss_mb") is not None:
+        rows.append(
+            (
+                f"jobscope: API process peak RSS while exporting "
+                f"{js['api_export_readings']:,} readings as {js['api_export_format']} "
+                "(streamed, discarded by the client), MB",
+                f"{js['api_export_peak_rss_mb']:.0f} ({js['api_export_rss_growth_mb']:+.0f} "
+                f"over the {js['api_export_rss_before_mb']:.0f} before; "
+                f"{js['api_export_s']:.1f} s)"
+                + (f"; {js['api_export_note']}" if js.get("api_export_note") else ""),
+            )
+        )
+    return rows
+
+
 def jobscope_rows(js: dict[str, Any]) -> list[tuple[str, str]]:
     """Figures only jobscope has (no peer equivalent in this run)."""
-    api = _fmt(js.get("api_1m_readings_s"), "{:.3f}")
-    if js.get("api_1m_readings_s") is None and "api_note" in js:
-        api = js["api_note"]
     rows = [
         (
             "jobscope: Kafka engine drain of a full topic (production schema, RowBinary, 100 "
@@ -179,7 +269,7 @@ def jobscope_rows(js: dict[str, Any]) -> list[tuple[str, str]]:
             f"{_fmt(js.get('freshness_p50_s'), '{:.2f}')} / "
             f"{_fmt(js.get('freshness_p99_s'), '{:.2f}')}",
         ),
-        ("jobscope: API, 1 M readings fetched completely, s", api),
+        *api_rows(js),
     ]
     for name, v in js.get("drain_variants", {}).items():
         fmt, per, *_ = name.split("_")

@@ -28,6 +28,7 @@ import statistics
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -38,7 +39,8 @@ from clickhouse_connect.driver.client import Client
 
 from api import formats as api_formats
 from api.jobs import get_job
-from api.queries.metrics import scope_rows
+from api.queries.metrics import scope_rows, stepped_rows
+from api.queries.summary import summarise
 from api.scope import EVERYTHING, job_selection
 from bench.dataset import US, Dataset, utc
 from bench.profiles import FULL, QUICK
@@ -51,6 +53,9 @@ FORMATS = tuple(api_formats.FORMATS)  # json, ndjson, csv, parquet, arrow
 JOB_READINGS = 1_000_000  # the scope of the job timed in every format
 EXPORT_READINGS = 10_000_000  # the export watched for memory (capped by the data set)
 EXPORT_FORMAT = "ndjson"
+# Should the export fail, it is taken again with a job of this many nodes, so that there is
+# a memory figure still (jobs of over ~190 nodes failed: their parameters went in a form).
+FALLBACK_EXPORT_DEVICES = 150
 RSS_INTERVAL_S = 0.02
 READ_BLOCK = 1 << 20
 TIMEOUT = 900.0
@@ -94,7 +99,7 @@ def measure(settings: StackSettings, reader: Client, data: Dataset, quick: bool)
         "bench-export", data, _spread(spec.devices, export_devices), spec.start_us, spec.end_us
     )
 
-    with httpx.Client(base_url=settings.api_url, timeout=TIMEOUT) as http:
+    with _Http(settings) as http:
         for j in (job, whole, export):
             j.create(http, token)
         out["api_jobs"] = {j.job_id: j.describe() for j in (job, whole, export)}
@@ -109,10 +114,27 @@ def measure(settings: StackSettings, reader: Client, data: Dataset, quick: bool)
 
         part("formats", lambda: _formats(http, reader, job, repeats, limit_s))
         part("devices", lambda: _devices_endpoint(http, job, limit_s))
-        part("summary", lambda: _summary(http, job, repeats, limit_s))
-        part("step", lambda: _step(http, whole, repeats, limit_s))
+        part("summary", lambda: _summary(http, reader, job, repeats, limit_s))
+        part("step", lambda: _step(http, reader, whole, repeats, limit_s))
         pid = services.process(settings, "api").pid()
         part("export", lambda: _export(http, export, pid))
+        if "api.export" in failed and len(export.devices) > FALLBACK_EXPORT_DEVICES:
+            # Still a figure of the API's memory, from a job it can serve (recorded as such).
+            small = _Job(
+                "bench-export-fallback",
+                data,
+                _spread(spec.devices, FALLBACK_EXPORT_DEVICES),
+                spec.start_us,
+                spec.end_us,
+            )
+            small.create(http, token)
+            out["api_jobs"][small.job_id] = small.describe()
+            note = (
+                f"the export of {export.readings:,} readings ({len(export.devices)} devices) "
+                f"failed; these are the figures of {small.readings:,} readings "
+                f"({len(small.devices)} devices)"
+            )
+            part("export_fallback", lambda: {**_export(http, small, pid), "api_export_note": note})
     out["api_goals"] = GOALS
     if failed:
         out["failed_measurements"] = failed
@@ -140,7 +162,7 @@ class _Job:
             "readings": self.readings,
         }
 
-    def create(self, http: httpx.Client, token: str) -> None:
+    def create(self, http: _Http, token: str) -> None:
         """POST the job (terminated: its end is the data's last microsecond in its span,
         the API's end being inclusive); wait until it can be read when answered 202."""
         document = {
@@ -153,8 +175,7 @@ class _Job:
         }
         began = time.monotonic()
         r = http.post("/api/jobs", json=document, headers={"Authorization": f"Bearer {token}"})
-        if r.status_code not in (201, 202):
-            raise RuntimeError(f"POST /api/jobs {self.job_id}: HTTP {r.status_code}: {r.text}")
+        http.check(r)
         visible = r.status_code == 201
         while not visible:  # 202: in Kafka, not yet in ClickHouse
             if time.monotonic() - began > JOB_VISIBLE_S:
@@ -172,7 +193,7 @@ class _Job:
 
 
 def _formats(
-    http: httpx.Client, reader: Client, job: _Job, repeats: int, limit_s: float
+    http: _Http, reader: Client, job: _Job, repeats: int, limit_s: float
 ) -> dict[str, Any]:
     """The job's readings in every format, through the API and straight from ClickHouse
     (alternately, so that both see the same caches); counts checked on every run."""
@@ -248,7 +269,7 @@ def _formats(
     return out
 
 
-def _devices_endpoint(http: httpx.Client, job: _Job, limit_s: float) -> dict[str, Any]:
+def _devices_endpoint(http: _Http, job: _Job, limit_s: float) -> dict[str, Any]:
     """The same readings through `GET /api/metrics?devices=` (JSON), once."""
     params = {
         "devices": ",".join(job.nodes),
@@ -263,28 +284,50 @@ def _devices_endpoint(http: httpx.Client, job: _Job, limit_s: float) -> dict[str
     return {"api_devices_1m_json_s": seconds}
 
 
-def _summary(http: httpx.Client, job: _Job, repeats: int, limit_s: float) -> dict[str, Any]:
-    """The job's summary; the counts of its series add up to the job's readings."""
+def _summary(
+    http: _Http, reader: Client, job: _Job, repeats: int, limit_s: float
+) -> dict[str, Any]:
+    """The job's summary; the counts of its series add up to the job's readings. Beside it
+    (to tell where the time goes), the API's own `summarise` called in this process."""
     runs = []
+    direct = []
+    stored = get_job(reader, job.job_id)
     for _ in range(repeats):
         seconds, body = _get(http, f"/api/jobs/{job.job_id}/summary", {}, limit_s)
         runs.append(seconds)
         summary = json.loads(b"".join(body))
         _check("summary", sum(m["count"] for m in summary["metrics"]), job.readings)
+        began = time.perf_counter()
+        summarise(reader, stored, job_selection(stored, EVERYTHING))
+        direct.append(time.perf_counter() - began)
+    log.info(
+        "jobscope: API, summary of %s readings: %.3f s (summarise in-process %.3f s)",
+        f"{job.readings:,}",
+        statistics.median(runs),
+        statistics.median(direct),
+    )
     return {
         "api_summary_1m_readings_s": statistics.median(runs),
         "api_summary_runs": runs,
+        "api_summary_direct_s": statistics.median(direct),
         "api_summary_series": len(summary["metrics"]),
         "api_summary_energy_rows": len(summary["energy"]),
     }
 
 
-def _step(http: httpx.Client, job: _Job, repeats: int, limit_s: float) -> dict[str, Any]:
-    """1-minute averages of the job over the whole data set: a row per series and minute."""
+def _step(http: _Http, reader: Client, job: _Job, repeats: int, limit_s: float) -> dict[str, Any]:
+    """1-minute averages of the job over the whole data set: a row per series and minute
+    (JSON). Beside it, the same SQL straight from ClickHouse (JSONEachRow)."""
     minutes = job.data.poll_us[:, job.devices] // (60 * US)
     expected = sum(len(np.unique(minutes[:, j])) for j in range(minutes.shape[1]))
     expected *= job.data.spec.metrics
+    selection = job_selection(get_job(reader, job.job_id), EVERYTHING)
+    assert selection is not None
+    fmt = api_formats.FORMATS["json"]
+    params: dict[str, Any] = {}
+    sql = api_formats.projected(stepped_rows(selection, 60, "avg", params), fmt)
     runs = []
+    direct = []
     size = 0
     for _ in range(repeats):
         seconds, body = _get(
@@ -293,16 +336,27 @@ def _step(http: httpx.Client, job: _Job, repeats: int, limit_s: float) -> dict[s
         runs.append(seconds)
         size = sum(map(len, body))
         _check("step=1m", rows("json", body), expected)
+        seconds, body = _direct(reader, sql, params, fmt.clickhouse)
+        _check("step=1m directly", rows("ndjson", body), expected)
+        direct.append(seconds)
+    log.info(
+        "jobscope: API, step=1m over %s readings (%s rows): %.3f s (ClickHouse directly %.3f s)",
+        f"{job.readings:,}",
+        f"{expected:,}",
+        statistics.median(runs),
+        statistics.median(direct),
+    )
     return {
         "api_step_1m_s": statistics.median(runs),
         "api_step_runs": runs,
+        "api_step_direct_s": statistics.median(direct),
         "api_step_rows": expected,
         "api_step_bytes": size,
         "api_step_job_readings": job.readings,
     }
 
 
-def _export(http: httpx.Client, job: _Job, pid: int | None) -> dict[str, Any]:
+def _export(http: _Http, job: _Job, pid: int | None) -> dict[str, Any]:
     """The API's resident memory while it streams a large job to a client that counts the
     rows and keeps nothing."""
     if pid is None:
@@ -324,7 +378,7 @@ def _export(http: httpx.Client, job: _Job, pid: int | None) -> dict[str, Any]:
     try:
         path = f"/api/jobs/{job.job_id}/metrics"
         with http.stream("GET", path, params={"format": EXPORT_FORMAT}) as response:
-            _raise_for_status(response, path)
+            http.check(response)
             for chunk in response.iter_bytes():
                 newlines += chunk.count(b"\n")
                 size += len(chunk)
@@ -356,20 +410,61 @@ def _spread(fleet: int, n: int) -> list[int]:
     return [int(i) for i in np.linspace(0, fleet, n, endpoint=False).astype(int)]
 
 
-def _raise_for_status(response: httpx.Response, path: str) -> None:
-    if response.status_code != 200:
+class _Http(httpx.Client):
+    """The bench's client of the API; an error names the exception in the API's log."""
+
+    def __init__(self, settings: StackSettings) -> None:
+        super().__init__(
+            base_url=settings.api_url, timeout=TIMEOUT, event_hooks={"request": [self._mark]}
+        )
+        self.log_file = services.process(settings, "api").log_file
+        self.log_offset = 0
+
+    def _mark(self, _request: httpx.Request) -> None:
+        """Where the API's log ends as a request is sent: its errors are written after."""
+        try:
+            self.log_offset = self.log_file.stat().st_size
+        except OSError:
+            self.log_offset = 0
+
+    def check(self, response: httpx.Response) -> None:
+        if response.status_code in (200, 201, 202):
+            return
         response.read()
-        raise RuntimeError(f"GET {path}: HTTP {response.status_code}: {response.text[:2000]}")
+        detail = response.text[:1000]
+        if response.status_code >= 500:
+            detail += f" (API log: {_exception_after(self.log_file, self.log_offset)})"
+        request = response.request
+        raise RuntimeError(f"{request.method} {request.url}: HTTP {response.status_code}: {detail}")
+
+
+def _exception_after(log_file: Path, offset: int, wait_s: float = 3.0) -> str:
+    """The last exception line the API logged after `offset` (the cause of an HTTP 500;
+    uvicorn may write it after the response is sent)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            with open(log_file, "rb") as f:
+                f.seek(offset)
+                lines = f.read(1 << 20).decode(errors="replace").splitlines()
+        except OSError as exc:
+            return f"unreadable: {exc}"
+        found = [line for line in lines if "Exception" in line or "Error:" in line]
+        if found and not found[-1].startswith("ERROR:"):  # the cause, not the header line
+            return found[-1][:1500]
+        if time.monotonic() > deadline:
+            return found[-1][:1500] if found else "no exception logged"
+        time.sleep(0.1)
 
 
 def _get(
-    http: httpx.Client, path: str, params: dict[str, str], limit_s: float
+    http: _Http, path: str, params: dict[str, str], limit_s: float
 ) -> tuple[float, list[bytes]]:
     """GET `path`, the body received completely (its chunks as they arrive); seconds."""
     chunks: list[bytes] = []
     began = time.perf_counter()
     with http.stream("GET", path, params=params) as response:
-        _raise_for_status(response, path)
+        http.check(response)
         for chunk in response.iter_bytes():
             chunks.append(chunk)
             if time.perf_counter() - began > limit_s:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -127,6 +128,67 @@ def test_retention_follows_configuration(database: tuple[Client, MigrationSettin
         "WHERE database = currentDatabase() AND name = 'metrics'"
     )
     assert "toIntervalDay(7)" in create
+    rollup = client.command(
+        "SELECT create_table_query FROM system.tables "
+        "WHERE database = currentDatabase() AND name = 'metrics_1m'"
+    )
+    assert "toIntervalDay(7)" in rollup
+
+
+def test_upgrade_keeps_readings_and_fills_derived_tables(
+    clickhouse: StackSettings, admin_client: Client, tmp_path: Path
+) -> None:
+    """A database of the previous release (0001-0009) with readings: 0010 rebuilds `metrics`
+    with the series key and keeps every reading; the rollups, latest values and aliases are
+    filled from them; readings that differ only by labels are then kept apart."""
+    name = f"up_{uuid.uuid4().hex[:8]}"
+    admin_client.command(f"CREATE DATABASE {name}")
+    settings = services.migration_settings(
+        clickhouse,
+        clickhouse_database=name,
+        readings_topic=f"{name}-readings",
+        consumer_group=f"{name}-group",
+        jobs_topic=f"{name}-jobs",
+    )
+    admin = AdminClient({"bootstrap.servers": clickhouse.kafka_bootstrap})
+    for topic in (settings.readings_topic, settings.jobs_topic):
+        admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    client = connect(settings)
+    old = tmp_path / "release"
+    old.mkdir()
+    for path in sorted(MIGRATIONS_DIR.glob("000*.sql")):
+        shutil.copy(path, old)
+    columns = ["timestamp", "device_id", "metric_id", "value", "labels"]
+    try:
+        apply_migrations(client, settings, old)
+        client.command(
+            "INSERT INTO metrics SELECT toStartOfHour(now64(6)) - INTERVAL 1 HOUR + number, "
+            "'pdu-1', 'pdu_outlet_power_watt', number, map('_device_alias', 'node-1') "
+            "FROM numbers(150)"
+        )
+        apply_migrations(client, settings)
+        assert client.command("SELECT count() FROM metrics FINAL") == 150
+        assert client.command("SELECT sum(count) FROM metrics_1m") == 150
+        assert client.command("SELECT sum(count) FROM metrics_1h") == 150
+        assert client.query("SELECT device_id, value FROM metrics_latest FINAL").result_rows == [
+            ("pdu-1", 149.0)
+        ]
+        assert client.query("SELECT alias, device_id FROM device_aliases").result_rows == [
+            ("node-1", "pdu-1")
+        ]
+        assert client.command("EXISTS TABLE jobs") == 1
+        t = datetime.now(UTC).replace(tzinfo=None)
+        client.insert(
+            "metrics",
+            [
+                [t, "pdu-1", "p_watt", 1.0, {"outlet": "1"}],
+                [t, "pdu-1", "p_watt", 2.0, {"outlet": "2"}],
+            ],
+            column_names=columns,
+        )
+        assert client.command("SELECT count() FROM metrics FINAL WHERE metric_id = 'p_watt'") == 2
+    finally:
+        admin_client.command(f"DROP DATABASE {name}")
 
 
 def test_a_file_holds_statements_ending_at_line_ends() -> None:

@@ -285,3 +285,20 @@ def test_whole_file_formats_stay_whole(admin_client: Client, fmt: str) -> None:
             import pyarrow.parquet as pq
 
             assert pq.read_table(io.BytesIO(raw)).num_rows == 3000000
+
+
+def test_query_and_parameters_in_form_fields(http: httpx.Client, reader_client: Client) -> None:
+    """`curl -F 'query=SELECT {x:UInt8}+1' -F 'param_x=41'`, and clickhouse-connect's own
+    switch to form fields past 4 KiB of bound parameters (a job of a thousand nodes)."""
+    response = http.post(
+        "/", files={"query": (None, "SELECT {x:UInt8} + 1"), "param_x": (None, "41")}
+    )
+    assert response.status_code == 200 and response.text == "42\n"
+    names = [f"node-{i:05d}.a-long-site-name.example.org" for i in range(1000)]
+    got = reader_client.command("SELECT length({names:Array(String)})", parameters={"names": names})
+    assert got == 1000
+    external = http.post(
+        "/?query=SELECT+count()+FROM+ext&ext_structure=x+UInt8",
+        files={"ext": ("ext.tsv", b"1\n2\n")},
+    )
+    assert external.status_code != 200 and "external table" in external.text
