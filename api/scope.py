@@ -4,11 +4,13 @@ runs; bounds inclusive)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
+from clickhouse_connect.driver.client import Client
+
 from api.params import NamePatterns, to_time
-from api.queries.metrics import Selection
+from api.queries.metrics import Selection, aliased_devices_query
 from api.schemas import Job
 
 
@@ -67,3 +69,13 @@ def job_selection(job: Job, asked: Asked) -> Selection | None:
         measured=True,
         only=asked.devices,
     )
+
+
+def with_aliases(client: Client, selection: Selection | None) -> Selection | None:
+    """The selection with the devices that measure its devices during its span: one small
+    query, so that a selection without any reads no alias branch."""
+    if selection is None or not selection.devices:
+        return selection
+    sql, params = aliased_devices_query(list(selection.devices), selection.start, selection.end)
+    aliased = tuple(row[0] for row in client.query(sql, parameters=params).result_rows)
+    return replace(selection, aliased=aliased)

@@ -17,19 +17,25 @@ from api.params import NamePatterns
 
 ALIAS = "_device_alias"
 _SPAN = "{start:DateTime64(6, 'UTC')} AND {end:DateTime64(6, 'UTC')}"
-# Devices whose readings carry `_device_alias` = one of the selected devices over the span.
-_ALIASED = (
-    "SELECT device_id FROM device_aliases WHERE alias IN {devices:Array(String)} "
-    "AND last_seen >= {start:DateTime64(6, 'UTC')} AND first_seen <= {end:DateTime64(6, 'UTC')}"
-)
 _NO_ALIAS = f"mapFilter((k, v) -> k != '{ALIAS}', labels)"
+
+
+def aliased_devices_query(devices: list[str], start: datetime, end: datetime) -> tuple[str, dict]:
+    """The devices whose readings carry `_device_alias` = one of `devices` during the span
+    (from `device_aliases`, kept by a view: no scan of readings)."""
+    return (
+        "SELECT DISTINCT device_id FROM device_aliases WHERE alias IN {devices:Array(String)} "
+        "AND last_seen >= {start:DateTime64(6, 'UTC')} "
+        "AND first_seen <= {end:DateTime64(6, 'UTC')} ORDER BY device_id",
+        {"devices": devices, "start": start, "end": end},
+    )
 
 
 def _aliased_rows(table: str) -> str:
     """Rows of `table` from devices that measure one of the selected devices. (Qualified:
     a query whose output renames the alias to `device_id` must not see it here.)"""
     return (
-        f"({table}.device_id IN ({_ALIASED}) "
+        f"({table}.device_id IN {{aliased:Array(String)}} "
         f"AND {table}.labels['{ALIAS}'] IN {{devices:Array(String)}})"
     )
 
@@ -58,7 +64,9 @@ class Selection:
     the device's id, summed over the devices sharing the alias at each instant, with the
     original devices in the label `_device_orig` (Kwollect's rule). `measured` (a job's scope)
     also returns those aliased readings under their own device id. `only` keeps the output
-    rows of these device ids.
+    rows of these device ids. `aliased`: the devices measuring `devices` during the span
+    (`aliased_devices_query`; api/scope.py fills it in): without any, the query has no
+    alias branch.
     """
 
     devices: tuple[str, ...]
@@ -68,6 +76,7 @@ class Selection:
     labels: dict[str, str] = field(default_factory=dict)
     measured: bool = False
     only: tuple[str, ...] = ()
+    aliased: tuple[str, ...] = ()
 
 
 def _filters(s: Selection, params: dict[str, Any]) -> list[str]:
@@ -87,18 +96,19 @@ def _filters(s: Selection, params: dict[str, Any]) -> list[str]:
 
 
 def _params(s: Selection) -> dict[str, Any]:
-    return {"devices": list(s.devices), "start": s.start, "end": s.end}
+    return {"devices": list(s.devices), "aliased": list(s.aliased), "start": s.start, "end": s.end}
 
 
 def _own_rows_condition(s: Selection, table: str = "metrics") -> str:
     """Rows of `table` returned under their own device id."""
     own = f"{table}.device_id IN {{devices:Array(String)}}"
-    return f"({own} OR {_aliased_rows(table)})" if s.measured else own
+    return f"({own} OR {_aliased_rows(table)})" if s.measured and s.aliased else own
 
 
-def _reach(table: str) -> str:
+def _reach(s: Selection, table: str) -> str:
     """Rows of `table` that any output row is made of."""
-    return f"({table}.device_id IN {{devices:Array(String)}} OR {_aliased_rows(table)})"
+    own = f"{table}.device_id IN {{devices:Array(String)}}"
+    return f"({own} OR {_aliased_rows(table)})" if s.aliased else own
 
 
 def scope_rows(s: Selection, params: dict[str, Any]) -> str:
@@ -221,12 +231,11 @@ def stepped_rows(s: Selection, step_s: int, agg: str, params: dict[str, Any]) ->
     series = "device_id, metric_id, labels_hash"
     raw_cols = ", ".join(f"{_PARTS[p].raw} AS p_{p}" for p in parts)
 
-    def raw_states(condition: str = "") -> str:
+    def raw_states(span: str = f"metrics.timestamp BETWEEN {_SPAN}") -> str:
         return (
             f"SELECT {_BUCKET.format(time='metrics.timestamp')} AS t, device_id, metric_id, "
             f"sipHash64(metrics.labels) AS labels_hash, any(labels) AS lab, {raw_cols} "
-            f"FROM metrics WHERE metrics.timestamp BETWEEN {_SPAN} AND {_reach('metrics')}"
-            f"{extra}{condition} GROUP BY t, {series}"
+            f"FROM metrics WHERE {span} AND {_reach(s, 'metrics')}{extra} GROUP BY t, {series}"
         )
 
     rollup = rollup_for(step_s)
@@ -239,11 +248,14 @@ def stepped_rows(s: Selection, step_s: int, agg: str, params: dict[str, Any]) ->
         states = (
             f"SELECT bucket AS t, {series}, labels AS lab, {rollup_cols} FROM {table} "
             "WHERE bucket >= {full_from:DateTime64(6, 'UTC')} "
-            f"AND bucket < {{full_to:DateTime64(6, 'UTC')}} AND {_reach(table)}{extra} "
+            f"AND bucket < {{full_to:DateTime64(6, 'UTC')}} AND {_reach(s, table)}{extra} "
             "UNION ALL "
+            # the ragged ends, as two ranges the primary key can find
             + raw_states(
-                " AND NOT (metrics.timestamp >= {full_from:DateTime64(6, 'UTC')} "
-                "AND metrics.timestamp < {full_to:DateTime64(6, 'UTC')})"
+                "(metrics.timestamp >= {start:DateTime64(6, 'UTC')} "
+                "AND metrics.timestamp < {full_from:DateTime64(6, 'UTC')} "
+                "OR metrics.timestamp >= {full_to:DateTime64(6, 'UTC')} "
+                "AND metrics.timestamp <= {end:DateTime64(6, 'UTC')})"
             )
         )
     merged_cols = ", ".join(f"{_PARTS[p].merge}(p_{p}) AS p_{p}" for p in parts)
@@ -255,13 +267,13 @@ def stepped_rows(s: Selection, step_s: int, agg: str, params: dict[str, Any]) ->
     )
     rows = (
         f"SELECT ts, device_id, metric_id, value, {_NO_ALIAS} AS lab FROM ({buckets}) AS b "
-        f"WHERE {_own_rows_condition(s, 'b')} "
-        "UNION ALL "
-        + _summed_by_alias(
-            f"SELECT ts, device_id AS src, metric_id, value, labels FROM ({buckets}) AS b "
-            f"WHERE b.labels['{ALIAS}'] IN {{devices:Array(String)}}"
-        )
+        f"WHERE {_own_rows_condition(s, 'b')}"
     )
+    if s.aliased:
+        rows += " UNION ALL " + _summed_by_alias(
+            f"SELECT ts, device_id AS src, metric_id, value, labels FROM ({buckets}) AS b "
+            f"WHERE b.labels['{ALIAS}'] IN {{devices:Array(String)}}",
+        )
     if s.only:
         params["only"] = list(s.only)
         rows = f"SELECT * FROM ({rows}) WHERE device_id IN {{only:Array(String)}}"

@@ -6,8 +6,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Annotated, Any
 
+import orjson
 from fastapi import APIRouter, Body, Depends, Path, Query, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from api.auth import Role, require
 from api.deps import ClickHouseDep
@@ -27,7 +28,7 @@ from api.schemas import (
     JobSummary,
     Reading,
 )
-from api.scope import EVERYTHING, job_selection
+from api.scope import EVERYTHING, job_selection, with_aliases
 
 router = APIRouter(prefix="/api/jobs", tags=["jobs"])
 
@@ -197,13 +198,14 @@ def get_job_metrics(
     responses={404: {"model": ErrorBody}},
     summary="Per node and metric statistics, and energy, of a job",
 )
-def get_job_summary(clickhouse: ClickHouseDep, asked: AskedDep, job_id: JobId) -> JobSummary:
+def get_job_summary(clickhouse: ClickHouseDep, asked: AskedDep, job_id: JobId) -> Response:
     """min, avg, max, last and count per device and metric of the scope; for every power
     metric (`_watt`) the energy in joules: the trapezoidal integral of power over the job,
     per node and source, not bridging gaps longer than 3 sampling periods (`covered_s` says
     how much of the job the integral covers), and its total over the nodes per source."""
     job = get_job(clickhouse, job_id)
-    return summarise(clickhouse, job, job_selection(job, asked))
+    summary = summarise(clickhouse, job, with_aliases(clickhouse, job_selection(job, asked)))
+    return Response(orjson.dumps(summary), media_type="application/json")
 
 
 @router.get(
@@ -216,7 +218,7 @@ def get_job_summary(clickhouse: ClickHouseDep, asked: AskedDep, job_id: JobId) -
 def get_job_catalog(clickhouse: ClickHouseDep, job_id: JobId) -> list[CatalogEntry]:
     """Each device and metric of the scope with its number of readings, first and last
     time (Kwollect's available metrics, with counts)."""
-    selection = job_selection(get_job(clickhouse, job_id), EVERYTHING)
+    selection = with_aliases(clickhouse, job_selection(get_job(clickhouse, job_id), EVERYTHING))
     if selection is None:
         return []
     sql, params = catalog_query(selection)

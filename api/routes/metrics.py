@@ -24,7 +24,7 @@ from api.params import (
 )
 from api.queries.metrics import Selection, as_rate, scope_rows, stepped_rows
 from api.schemas import ErrorBody, Reading
-from api.scope import Asked, device_selection, job_selection
+from api.scope import Asked, device_selection, job_selection, with_aliases
 
 router = APIRouter(prefix="/api", tags=["metrics"])
 
@@ -123,7 +123,7 @@ def respond(
 ) -> StreamingResponse:
     """Stream the readings of `selection` (none: an empty result in the chosen format)."""
     params: dict[str, Any] = {}
-    selection = selection or _NOTHING
+    selection = with_aliases(clickhouse, selection) or _NOTHING
     if query.step_s is not None:
         rows = stepped_rows(selection, query.step_s, query.agg, params)
     else:
