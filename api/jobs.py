@@ -62,13 +62,8 @@ def write_job(
     publisher.publish(settings.jobs_topic, job.job_id, orjson.dumps(document))
     sql, params = job_version_query(job.job_id, updated_at)
     deadline = time.monotonic() + settings.job_visible_timeout_s
-    visible = False
-    while True:
-        if client.command(sql, parameters=params):
-            visible = True
-            break
+    while not (visible := bool(client.command(sql, parameters=params))):
         if time.monotonic() >= deadline:
             break
         time.sleep(_VISIBLE_POLL_S)
-    stored = Job(**{**document, "updated_at": document["updated_at"]})
-    return (get_job(client, job.job_id) if visible else stored), visible
+    return (get_job(client, job.job_id) if visible else Job(**document)), visible

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -24,23 +25,46 @@ from stack import services
 from stack.config import StackSettings
 
 
-@pytest.fixture(scope="module")
-def database(
-    clickhouse: StackSettings, admin_client: Client
+@contextmanager
+def scratch_database(
+    clickhouse: StackSettings, admin_client: Client, prefix: str
 ) -> Iterator[tuple[Client, MigrationSettings]]:
-    """One fresh database for this module, dropped afterwards (Kafka table included)."""
-    name = f"mig_{uuid.uuid4().hex[:8]}"
+    """A fresh database with topics and consumer groups of its own, dropped afterwards
+    (Kafka tables included)."""
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
     admin_client.command(f"CREATE DATABASE {name}")
-    admin = AdminClient({"bootstrap.servers": clickhouse.kafka_bootstrap})
-    admin.create_topics([NewTopic(f"{name}-readings", 1, 1)])[f"{name}-readings"].result(30)
     settings = services.migration_settings(
         clickhouse,
         clickhouse_database=name,
         readings_topic=f"{name}-readings",
+        jobs_topic=f"{name}-jobs",
         consumer_group=f"{name}-group",
     )
-    yield connect(settings), settings
-    admin_client.command(f"DROP DATABASE {name}")
+    admin = AdminClient({"bootstrap.servers": clickhouse.kafka_bootstrap})
+    for topic in (settings.readings_topic, settings.jobs_topic):
+        admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    try:
+        yield connect(settings), settings
+    finally:
+        admin_client.command(f"DROP DATABASE {name}")
+
+
+def release(tmp_path: Path, pattern: str) -> Path:
+    """A folder holding the migrations of an earlier release (those matching `pattern`)."""
+    old = tmp_path / "release"
+    old.mkdir()
+    for path in sorted(MIGRATIONS_DIR.glob(pattern)):
+        shutil.copy(path, old)
+    return old
+
+
+@pytest.fixture(scope="module")
+def database(
+    clickhouse: StackSettings, admin_client: Client
+) -> Iterator[tuple[Client, MigrationSettings]]:
+    """One fresh database for this module."""
+    with scratch_database(clickhouse, admin_client, "mig") as database:
+        yield database
 
 
 def test_fresh_then_again(database: tuple[Client, MigrationSettings]) -> None:
@@ -75,23 +99,8 @@ def test_upgrade_from_the_row_per_reading_pipeline(
 ) -> None:
     """A database made by 0001-0007 (a landed release) gets 0008: the old consumer and its
     views go, the array pipeline takes the same topic and group."""
-    name = f"up_{uuid.uuid4().hex[:8]}"
-    admin_client.command(f"CREATE DATABASE {name}")
-    settings = services.migration_settings(
-        clickhouse,
-        clickhouse_database=name,
-        readings_topic=f"{name}-readings",
-        consumer_group=f"{name}-group",
-    )
-    admin = AdminClient({"bootstrap.servers": clickhouse.kafka_bootstrap})
-    topic = settings.readings_topic
-    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
-    client = connect(settings)
-    old = tmp_path / "release"
-    old.mkdir()
-    for path in sorted(MIGRATIONS_DIR.glob("000[1-7]_*.sql")):
-        shutil.copy(path, old)
-    try:
+    old = release(tmp_path, "000[1-7]_*.sql")
+    with scratch_database(clickhouse, admin_client, "up") as (client, settings):
         apply_migrations(client, settings, old)
         assert client.command("EXISTS TABLE readings_stream") == 1
         later = sorted(p.name for p in MIGRATIONS_DIR.glob("*.sql") if p.name >= "0008")
@@ -103,8 +112,6 @@ def test_upgrade_from_the_row_per_reading_pipeline(
             "SELECT create_table_query FROM system.tables "
             "WHERE database = currentDatabase() AND name = 'readings_queue'"
         )
-    finally:
-        admin_client.command(f"DROP DATABASE {name}")
 
 
 def test_edited_migration_is_refused(
@@ -141,25 +148,9 @@ def test_upgrade_keeps_readings_and_fills_derived_tables(
     """A database of the previous release (0001-0009) with readings: 0010 rebuilds `metrics`
     with the series key and keeps every reading; the rollups, latest values and aliases are
     filled from them; readings that differ only by labels are then kept apart."""
-    name = f"up_{uuid.uuid4().hex[:8]}"
-    admin_client.command(f"CREATE DATABASE {name}")
-    settings = services.migration_settings(
-        clickhouse,
-        clickhouse_database=name,
-        readings_topic=f"{name}-readings",
-        consumer_group=f"{name}-group",
-        jobs_topic=f"{name}-jobs",
-    )
-    admin = AdminClient({"bootstrap.servers": clickhouse.kafka_bootstrap})
-    for topic in (settings.readings_topic, settings.jobs_topic):
-        admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
-    client = connect(settings)
-    old = tmp_path / "release"
-    old.mkdir()
-    for path in sorted(MIGRATIONS_DIR.glob("000*.sql")):
-        shutil.copy(path, old)
+    old = release(tmp_path, "000*.sql")
     columns = ["timestamp", "device_id", "metric_id", "value", "labels"]
-    try:
+    with scratch_database(clickhouse, admin_client, "up") as (client, settings):
         apply_migrations(client, settings, old)
         client.command(
             "INSERT INTO metrics SELECT toStartOfHour(now64(6)) - INTERVAL 1 HOUR + number, "
@@ -187,8 +178,6 @@ def test_upgrade_keeps_readings_and_fills_derived_tables(
             column_names=columns,
         )
         assert client.command("SELECT count() FROM metrics FINAL WHERE metric_id = 'p_watt'") == 2
-    finally:
-        admin_client.command(f"DROP DATABASE {name}")
 
 
 def test_a_file_holds_statements_ending_at_line_ends() -> None:
