@@ -65,11 +65,11 @@ def install(app: FastAPI) -> None:
     async def validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0]
         location = [str(part) for part in first.get("loc", ()) if part not in ("body", "query")]
-        parameter = ".".join(location) or "request"
+        parameter = ".".join(location) or "body"
+        message = first["msg"]
+        if parameter == "body":
+            message = "expected a JSON object, sent with Content-Type: application/json"
         return JSONResponse(
             status_code=400,
-            content={
-                "error": f"invalid parameter {parameter}: {first['msg']}",
-                "parameter": parameter,
-            },
+            content={"error": f"invalid parameter {parameter}: {message}", "parameter": parameter},
         )

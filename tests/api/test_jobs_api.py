@@ -208,6 +208,7 @@ def test_bad_parameters_are_named(
         ({"job_id": "1", "state": "done"}, "state"),
         ({"job_id": "1", "labels": {"a": 1}}, "labels.a"),
         ({"job_id": "1", "colour": "red"}, "colour"),
+        (["not", "an", "object"], "body"),
     ],
 )
 def test_bad_jobs_are_refused(
@@ -303,3 +304,16 @@ def test_steps_from_rollups_agree_with_raw(
             tolerance = 0.05 if agg == "median" else 1e-9
             for r, b in zip(got, sorted(want), strict=True):
                 assert r["value"] == pytest.approx(want[b], rel=tolerance), (step, agg, b)
+
+
+def test_a_body_that_is_not_json_is_explained(api_url: str, api_tokens: dict[str, str]) -> None:
+    """`curl -d '{...}'` sends a form: the answer says what to send instead."""
+    response = httpx.post(
+        f"{api_url}/api/jobs",
+        content=b'{"job_id": "1"}',
+        headers={**_auth(api_tokens["admin"]), "Content-Type": "application/x-www-form-urlencoded"},
+        timeout=10,
+    )
+    assert response.status_code == 400
+    assert response.json()["parameter"] == "body"
+    assert "Content-Type: application/json" in response.json()["error"]
