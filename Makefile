@@ -7,6 +7,7 @@ STAMP := $(VENV)/.installed-$(shell sha256sum requirements.txt | cut -c1-12)
 BENCH_STAMP := $(VENV)/.bench-installed-$(shell sha256sum bench/requirements.txt 2>/dev/null | cut -c1-12)
 PYTEST_ARGS ?=
 QUICK ?=
+ONLY ?=
 
 .PHONY: help up down status test test-fast lint format bench system-deps venv reset
 
@@ -15,7 +16,7 @@ help:
 	@echo "make down      stop them (data kept in state/)"
 	@echo "make status    what runs, where it listens, where it logs"
 	@echo "make test      the whole test suite against real components"
-	@echo "make bench     benchmarks beside peers (QUICK=1 for the short run)"
+	@echo "make bench     benchmarks beside peers (QUICK=1 short run; ONLY=api|freshness|drain: one part)"
 	@echo "make lint      ruff"
 	@echo "make reset     stop everything and delete state/ (all data)"
 
@@ -63,7 +64,7 @@ $(BENCH_STAMP): bench/requirements.txt $(STAMP)
 	@rm -f $(VENV)/.bench-installed-* && touch $@
 
 bench: system-deps venv $(BENCH_STAMP)
-	$(PY) -m bench $(if $(QUICK),--quick,)
+	$(PY) -m bench $(if $(QUICK),--quick,) $(if $(ONLY),--only $(ONLY),)
 
 reset: down
 	rm -rf state
