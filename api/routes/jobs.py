@@ -17,7 +17,7 @@ from api.params import parse_devices, parse_time
 from api.queries.catalog import catalog_query
 from api.queries.jobs import JobFilter, jobs_query
 from api.queries.summary import summarise
-from api.routes.metrics import _RESPONSES, AskedDep, ReadingsQueryDep, respond
+from api.routes.metrics import READINGS_RESPONSES, AskedDep, ReadingsQueryDep, respond
 from api.schemas import (
     CatalogEntry,
     ErrorBody,
@@ -171,7 +171,7 @@ def read_job(clickhouse: ClickHouseDep, job_id: JobId) -> Job:
     "/{job_id}/metrics",
     operation_id="get_job_metrics",
     response_model=list[Reading],
-    responses=_RESPONSES,
+    responses=READINGS_RESPONSES,
     summary="Every reading of a job's scope",
 )
 def get_job_metrics(

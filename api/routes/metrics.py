@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
 
+from clickhouse_connect.driver.client import Client
 from fastapi import APIRouter, Depends, Header, Query
 from fastapi.responses import StreamingResponse
 
@@ -119,7 +120,7 @@ _NOTHING = Selection((), datetime(2000, 1, 1), datetime(2000, 1, 1))
 
 
 def respond(
-    clickhouse: Any, query: ReadingsQuery, selection: Selection | None, filename: str
+    clickhouse: Client, query: ReadingsQuery, selection: Selection | None, filename: str
 ) -> StreamingResponse:
     """Stream the readings of `selection` (none: an empty result in the chosen format)."""
     params: dict[str, Any] = {}
@@ -133,7 +134,7 @@ def respond(
     return formats.stream(clickhouse, rows, params, query.fmt, filename)
 
 
-_RESPONSES: dict[int | str, dict[str, Any]] = {
+READINGS_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {
         "content": {f.media_type: {} for f in formats.FORMATS.values()},
         "description": "readings, oldest first",
@@ -148,7 +149,7 @@ _RESPONSES: dict[int | str, dict[str, Any]] = {
     "/metrics",
     operation_id="get_metrics",
     response_model=list[Reading],
-    responses=_RESPONSES,
+    responses=READINGS_RESPONSES,
     summary="Readings of devices or of a job over a time range",
 )
 def get_metrics(

@@ -1,7 +1,8 @@
 -- The newest reading of every series (`GET /api/devices/{id}/latest`, `GET /api/devices`),
--- kept by a view on every insert into `metrics` instead of a scan of raw data: each insert
--- adds its newest reading per series, and the ReplacingMergeTree keeps the newest of those
--- (version: the reading's time) once merged or read with FINAL.
+-- kept by a view instead of a scan of raw data. Fed from the rows of metrics_1m as they are
+-- inserted (each holds its minute's last reading and time): each insert adds the newest
+-- reading per series, and the ReplacingMergeTree keeps the newest of those (version: the
+-- reading's time) once merged or read with FINAL.
 CREATE TABLE IF NOT EXISTS metrics_latest
 (
     device_id LowCardinality(String),
@@ -18,16 +19,15 @@ CREATE MATERIALIZED VIEW IF NOT EXISTS metrics_latest_mv TO metrics_latest AS
 SELECT
     device_id,
     metric_id,
-    sipHash64(metrics.labels) AS labels_hash,
-    max(metrics.timestamp) AS timestamp,
-    argMax(metrics.value, metrics.timestamp) AS value,
-    any(metrics.labels) AS labels
-FROM metrics
+    labels_hash,
+    max(m.last_time) AS timestamp,
+    argMaxMerge(m.last) AS value,
+    any(m.labels) AS labels
+FROM metrics_1m AS m
 GROUP BY device_id, metric_id, labels_hash;
 
 INSERT INTO metrics_latest
-SELECT device_id, metric_id, sipHash64(metrics.labels) AS labels_hash, max(timestamp),
-    argMax(value, timestamp), any(labels)
-FROM metrics
+SELECT device_id, metric_id, labels_hash, max(m.last_time), argMaxMerge(m.last), any(m.labels)
+FROM metrics_1m AS m
 WHERE (SELECT count() FROM metrics_latest) = 0
 GROUP BY device_id, metric_id, labels_hash;

@@ -1,8 +1,10 @@
 -- Which devices measure which node: a reading labelled `_device_alias=<node>` (a PDU outlet,
 -- a switch port, a wattmeter channel) belongs to that node's jobs. Kept from the readings
--- themselves, so an alias is known without the producers' configuration, with the time span
--- over which it was seen (an outlet moved to another node counts for each in its own time).
--- The job scope reads it to find the few devices whose readings it must filter by label.
+-- themselves (through the rows of metrics_1m as they are inserted), so an alias is known
+-- without the producers' configuration, with the time span over which it was seen, to the
+-- minute before (an outlet moved to another node counts for each in its own time). The job
+-- scope reads it to find the few devices whose readings it must filter by label; the
+-- readings' own times and labels decide.
 CREATE TABLE IF NOT EXISTS device_aliases
 (
     alias String,
@@ -15,16 +17,17 @@ ORDER BY (alias, device_id);
 
 CREATE MATERIALIZED VIEW IF NOT EXISTS device_aliases_mv TO device_aliases AS
 SELECT
-    labels['_device_alias'] AS alias,
+    m.labels['_device_alias'] AS alias,
     device_id,
-    min(timestamp) AS first_seen,
-    max(timestamp) AS last_seen
-FROM metrics
-WHERE labels['_device_alias'] != ''
+    min(toDateTime64(m.bucket, 6, 'UTC')) AS first_seen,
+    max(m.last_time) AS last_seen
+FROM metrics_1m AS m
+WHERE m.labels['_device_alias'] != ''
 GROUP BY alias, device_id;
 
 INSERT INTO device_aliases
-SELECT labels['_device_alias'] AS alias, device_id, min(timestamp), max(timestamp)
-FROM metrics
-WHERE labels['_device_alias'] != '' AND (SELECT count() FROM device_aliases) = 0
+SELECT m.labels['_device_alias'] AS alias, device_id, min(toDateTime64(m.bucket, 6, 'UTC')),
+    max(m.last_time)
+FROM metrics_1m AS m
+WHERE m.labels['_device_alias'] != '' AND (SELECT count() FROM device_aliases) = 0
 GROUP BY alias, device_id;
