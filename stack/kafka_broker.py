@@ -83,8 +83,8 @@ def format_storage(settings: StackSettings, config: Path) -> None:
             "256m",
             "kafka.tools.StorageTool",
             "format",
-            "-t",
-            cluster_id,
+            # one argument: an id may start with "-" (base64), which would read as an option
+            f"--cluster-id={cluster_id}",
             "-c",
             str(config),
             "--standalone",

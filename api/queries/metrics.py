@@ -111,8 +111,16 @@ def _reach(s: Selection, table: str) -> str:
     return f"({own} OR {_aliased_rows(table)})" if s.aliased else own
 
 
+def _keep_only(s: Selection, rows: str, params: dict[str, Any]) -> str:
+    """The output rows of the devices in `s.only`, if any were asked for."""
+    if not s.only:
+        return rows
+    params["only"] = list(s.only)
+    return f"SELECT * FROM ({rows}) WHERE device_id IN {{only:Array(String)}}"
+
+
 def scope_rows(s: Selection, params: dict[str, Any]) -> str:
-    """SQL of the selected readings, unordered: own rows, then alias sums."""
+    """SQL of the selected readings, unordered: own rows, then alias sums (if any)."""
     params.update(_params(s))
     extra = "".join(f" AND {c}" for c in _filters(s, params))
     own = (
@@ -120,15 +128,13 @@ def scope_rows(s: Selection, params: dict[str, Any]) -> str:
         f"if(mapContains(labels, '{ALIAS}'), {_NO_ALIAS}, labels) AS lab "
         f"FROM metrics WHERE metrics.timestamp BETWEEN {_SPAN} AND {_own_rows_condition(s)}{extra}"
     )
-    aliased = _summed_by_alias(
-        "SELECT timestamp AS ts, device_id AS src, metric_id, value, labels FROM metrics "
-        f"WHERE metrics.timestamp BETWEEN {_SPAN} AND {_aliased_rows('metrics')}{extra}"
-    )
-    rows = f"{own} UNION ALL {aliased}"
-    if s.only:
-        params["only"] = list(s.only)
-        rows = f"SELECT * FROM ({rows}) WHERE device_id IN {{only:Array(String)}}"
-    return rows
+    rows = own
+    if s.aliased:
+        rows += " UNION ALL " + _summed_by_alias(
+            "SELECT timestamp AS ts, device_id AS src, metric_id, value, labels FROM metrics "
+            f"WHERE metrics.timestamp BETWEEN {_SPAN} AND {_aliased_rows('metrics')}{extra}"
+        )
+    return _keep_only(s, rows, params)
 
 
 # Counters wrap at 2^32 (SNMP Counter32) or 2^64; a decrease from the upper half of either
@@ -274,7 +280,4 @@ def stepped_rows(s: Selection, step_s: int, agg: str, params: dict[str, Any]) ->
             f"SELECT ts, device_id AS src, metric_id, value, labels FROM ({buckets}) AS b "
             f"WHERE b.labels['{ALIAS}'] IN {{devices:Array(String)}}",
         )
-    if s.only:
-        params["only"] = list(s.only)
-        rows = f"SELECT * FROM ({rows}) WHERE device_id IN {{only:Array(String)}}"
-    return rows
+    return _keep_only(s, rows, params)
