@@ -4,12 +4,16 @@ topic directly), and wait until the new version is queryable."""
 
 from __future__ import annotations
 
+import logging
 import time
 from datetime import UTC, datetime
 
 import orjson
 from clickhouse_connect.driver.client import Client
+from clickhouse_connect.driver.exceptions import DatabaseError as ClickHouseDatabaseError
+from clickhouse_connect.driver.exceptions import OperationalError
 
+from api.clickhouse import ClickHouseProvider, ClickHouseUnavailable
 from api.config import ApiSettings
 from api.errors import NotFound
 from api.kafka import KafkaPublisher
@@ -17,6 +21,7 @@ from api.queries.jobs import job_query, job_version_query
 from api.schemas import Job, JobCreate, JobFields
 
 _VISIBLE_POLL_S = 0.05
+log = logging.getLogger("jobscope.api")
 
 
 class JobNotFound(NotFound):
@@ -41,10 +46,11 @@ def merged(current: Job, patch: JobFields) -> JobCreate:
 
 
 def write_job(
-    job: JobCreate, publisher: KafkaPublisher, client: Client, settings: ApiSettings
+    job: JobCreate, publisher: KafkaPublisher, clickhouse: ClickHouseProvider, settings: ApiSettings
 ) -> tuple[Job, bool]:
     """Publish the whole job as its newest version; return it and whether it became
-    queryable within `job_visible_timeout_s` (it is accepted either way: it is in Kafka)."""
+    queryable within `job_visible_timeout_s`. Once Kafka has it, it is accepted even if
+    ClickHouse is down: it is ingested when ClickHouse is back."""
     updated_at = datetime.now(UTC).replace(tzinfo=None)
     document = {
         "job_id": job.job_id,
@@ -62,8 +68,13 @@ def write_job(
     publisher.publish(settings.jobs_topic, job.job_id, orjson.dumps(document))
     sql, params = job_version_query(job.job_id, updated_at)
     deadline = time.monotonic() + settings.job_visible_timeout_s
-    while not (visible := bool(client.command(sql, parameters=params))):
-        if time.monotonic() >= deadline:
-            break
-        time.sleep(_VISIBLE_POLL_S)
-    return (get_job(client, job.job_id) if visible else Job(**document)), visible
+    try:
+        client = clickhouse.get()
+        while not client.command(sql, parameters=params):
+            if time.monotonic() >= deadline:
+                return Job(**document), False
+            time.sleep(_VISIBLE_POLL_S)
+        return get_job(client, job.job_id), True
+    except (ClickHouseUnavailable, ClickHouseDatabaseError, OperationalError) as exc:
+        log.warning("job %s accepted; ClickHouse cannot show it yet: %s", job.job_id, exc)
+        return Job(**document), False

@@ -28,14 +28,19 @@ class KafkaPublisher:
                         "enable.idempotence": True,
                         "acks": "all",
                         "linger.ms": 0,
+                        # past this a message fails instead of waiting in the queue: a write
+                        # reported as failed must not land later
+                        "message.timeout.ms": int(self._settings.kafka_write_timeout_s * 1000),
                         "log_level": 3,
                     }
                 )
             return self._producer
 
-    def publish(self, topic: str, key: str, value: bytes, timeout: float = 10.0) -> None:
+    def publish(self, topic: str, key: str, value: bytes) -> None:
         """Send one message and wait until the broker has it (acks=all); raise
-        KafkaUnavailable otherwise: the caller must not report it as accepted."""
+        KafkaUnavailable otherwise (the message then timed out: it will not land later), and
+        the caller must not report it as accepted."""
+        timeout = self._settings.kafka_write_timeout_s
         delivered: list[KafkaError | None] = []
         producer = self._get()
         try:
@@ -44,7 +49,7 @@ class KafkaPublisher:
             )
         except (KafkaException, BufferError) as exc:
             raise KafkaUnavailable(f"Kafka at {self._settings.kafka_bootstrap}: {exc}") from exc
-        producer.flush(timeout)
+        producer.flush(timeout + 2)  # the delivery report comes once the message timed out
         if not delivered:
             raise KafkaUnavailable(
                 f"Kafka at {self._settings.kafka_bootstrap} did not acknowledge the write "

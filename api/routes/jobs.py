@@ -45,7 +45,7 @@ _WRITE_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 def _written(request: Request, job: JobCreate, created: int) -> JSONResponse:
     app = request.app.state
-    stored, visible = write_job(job, app.kafka, app.clickhouse.get(), app.settings)
+    stored, visible = write_job(job, app.kafka, app.clickhouse, app.settings)
     return JSONResponse(stored.model_dump(), status_code=created if visible else 202)
 
 

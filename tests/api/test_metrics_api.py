@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
 from clickhouse_connect.driver.client import Client
+from confluent_kafka.admin import AdminClient, NewTopic
 from fastapi.testclient import TestClient
 
 from api.config import ApiSettings
@@ -188,3 +190,32 @@ def test_openapi_documents_every_endpoint_with_an_example(api_url: str) -> None:
             path,
             method,
         )
+
+
+def test_job_writes_need_kafka_not_clickhouse(api_tokens: dict[str, str], kafka: str) -> None:
+    """The real app. Kafka unreachable: a job write fails with 503 within the write timeout
+    and says nothing was written. ClickHouse unreachable but Kafka up: the job is accepted
+    (202), to be ingested once ClickHouse is back."""
+    job = {"job_id": f"nock-{uuid.uuid4().hex[:6]}", "nodes": ["n-1"]}
+    headers = {"Authorization": f"Bearer {api_tokens['admin']}"}
+    topic = f"nowhere-{uuid.uuid4().hex[:6]}"  # a topic of its own: not ingested
+    admin = AdminClient({"bootstrap.servers": kafka})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    for bootstrap, status, timeout in (("127.0.0.1:1", 503, 1.0), (kafka, 202, 5.0)):
+        settings = ApiSettings(
+            clickhouse_port=1,
+            kafka_bootstrap=bootstrap,
+            clickhouse_reader_password="x",
+            admin_token=api_tokens["admin"],
+            kafka_write_timeout_s=timeout,
+            jobs_topic=topic,
+        )
+        with TestClient(create_app(settings)) as client:
+            began = time.monotonic()
+            response = client.post("/api/jobs", json=job, headers=headers)
+            assert response.status_code == status, response.text
+            assert time.monotonic() - began < 10
+            if status == 503:
+                assert "nothing was written" in response.json()["error"]
+            else:
+                assert response.json()["job_id"] == job["job_id"]
