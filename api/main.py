@@ -11,7 +11,7 @@ from api import errors
 from api.clickhouse import ClickHouseProvider
 from api.config import ApiSettings
 from api.kafka import KafkaPublisher
-from api.routes import devices, health, jobs, metrics
+from api.routes import devices, health, jobs, kwollect, metrics
 
 
 def create_app(settings: ApiSettings) -> FastAPI:
@@ -34,5 +34,6 @@ def create_app(settings: ApiSettings) -> FastAPI:
     app.include_router(metrics.router)
     app.include_router(jobs.router)
     app.include_router(devices.router)
+    app.include_router(kwollect.router)
     app.include_router(health.router)
     return app

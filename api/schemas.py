@@ -190,3 +190,10 @@ class DeviceInfo(BaseModel):
 
 class LatestReading(Reading):
     """The newest reading of one series."""
+
+
+class AvailableMetric(BaseModel):
+    """A metric a device reported lately (Kwollect's available_metrics)."""
+
+    device_id: str = Field(examples=["node-1"])
+    metric_id: str = Field(examples=["bmc_power_watt"])

@@ -241,3 +241,31 @@ def test_latest_and_devices(api_url: str, scene: Scene) -> None:
     assert devices[scene.pdu]["last_reading"] == iso(END)
     missing = get(api_url, "/api/devices/no-such-device/latest")
     assert missing.status_code == 404 and "no-such-device" in missing.json()["error"]
+
+
+def test_kwollect_rpc_paths(api_url: str, scene: Scene) -> None:
+    """Scripts written against Kwollect's PostgREST paths work unchanged."""
+    params = {"job_id": scene.job_id, "metrics": "temp_celsius"}
+    assert get(api_url, "/rpc/get_metrics", **params).json() == readings(
+        api_url, scene, metrics="temp_celsius"
+    )
+    at = (END + timedelta(seconds=30)).isoformat()
+    available = get(
+        api_url, "/rpc/available_metrics", at=at, params=f'{{"job_id": "{scene.job_id}"}}'
+    )
+    assert available.status_code == 200, available.text
+    pairs = {(a["device_id"], a["metric_id"]) for a in available.json()}
+    assert (scene.node1, "temp_celsius") in pairs  # at the job's end, not 30 s later
+    assert (scene.node2, "pdu_outlet_power_watt") in pairs  # aliased, under the node
+    assert all(d != scene.node3 for d, _ in pairs)
+    by_devices = get(
+        api_url, "/rpc/available_metrics", at=at, params=f'{{"devices": ["{scene.node3}"]}}'
+    ).json()
+    assert by_devices == [  # outlet 3 of the PDU powers node3
+        {"device_id": scene.node3, "metric_id": "pdu_outlet_power_watt"},
+        {"device_id": scene.node3, "metric_id": "temp_celsius"},
+    ]
+    bad = get(api_url, "/rpc/available_metrics", params="{not json")
+    assert bad.status_code == 400 and bad.json()["parameter"] == "params"
+    past = get(api_url, "/rpc/available_metrics", at="2020-01-01T00:00:00")
+    assert past.status_code == 400 and "devices or job_id" in past.json()["error"]

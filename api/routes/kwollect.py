@@ -1,0 +1,94 @@
+"""Kwollect's own API paths (PostgREST's `/rpc/<function>`), so that scripts written against
+a Kwollect server work unchanged against jobscope: `GET /rpc/get_metrics` is
+`GET /api/metrics`, and `GET /rpc/available_metrics` lists the metrics a device or job
+reported in the minute before a time, as Kwollect does."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Annotated
+
+import orjson
+from fastapi import APIRouter, Query
+
+from api.deps import ClickHouseDep
+from api.errors import ParameterError
+from api.jobs import get_job
+from api.params import TIME_HELP, device_name, parse_time
+from api.queries.catalog import catalog_query
+from api.queries.metrics import Selection
+from api.routes.metrics import READINGS_RESPONSES, get_metrics
+from api.schemas import AvailableMetric, ErrorBody, Reading
+from api.scope import job_span, now, with_aliases
+
+router = APIRouter(prefix="/rpc", tags=["kwollect"])
+
+router.add_api_route(
+    "/get_metrics",
+    get_metrics,
+    methods=["GET"],
+    operation_id="kwollect_get_metrics",
+    response_model=list[Reading],
+    responses=READINGS_RESPONSES,
+    summary="Kwollect's get_metrics: the same as GET /api/metrics",
+)
+
+AVAILABLE_WINDOW = timedelta(minutes=1)
+
+
+@router.get(
+    "/available_metrics",
+    operation_id="kwollect_available_metrics",
+    response_model=list[AvailableMetric],
+    responses={400: {"model": ErrorBody}, 404: {"model": ErrorBody}},
+    summary="Kwollect's available_metrics: what reported in the minute before a time",
+)
+def available_metrics(
+    clickhouse: ClickHouseDep,
+    at: Annotated[str | None, Query(description=f"{TIME_HELP}; default now")] = None,
+    params: Annotated[
+        str | None,
+        Query(
+            description='JSON: `{"devices": ["node-1", ...]}` or `{"job_id": 4242}` (a job: its '
+            "nodes, at its end if it ended before `at`); every device if absent",
+            examples=['{"job_id": 4242}'],
+        ),
+    ] = None,
+) -> list[AvailableMetric]:
+    """Each device and metric with a reading in the minute before `at`, aliased devices
+    under the node they measure too (Kwollect's `api.available_metrics`)."""
+    until = parse_time("at", at) or now()
+    try:
+        given = orjson.loads(params) if params else {}
+    except orjson.JSONDecodeError as exc:
+        raise ParameterError("params", f"not JSON: {exc}") from exc
+    if not isinstance(given, dict):
+        raise ParameterError("params", 'expected a JSON object such as {"job_id": 4242}')
+    devices: list[str] | None = None
+    if given.get("job_id") is not None:
+        job = get_job(clickhouse, str(given["job_id"]))
+        span = job_span(job)
+        devices = list(job.nodes)
+        if span is not None:
+            until = min(until, span[1])
+    elif given.get("devices") is not None:
+        if not isinstance(given["devices"], list):
+            raise ParameterError("params", "devices should be a JSON array")
+        devices = [device_name(str(d)) for d in given["devices"]]
+    if devices is None:
+        # Every device: from the latest values, which know only the present.
+        if until < now() - AVAILABLE_WINDOW:
+            raise ParameterError("params", "give devices or job_id for a time in the past")
+        rows = clickhouse.query(
+            "SELECT DISTINCT device_id, metric_id FROM metrics_latest "
+            "WHERE timestamp > {since:DateTime64(6, 'UTC')} "
+            "AND timestamp <= {until:DateTime64(6, 'UTC')} ORDER BY device_id, metric_id",
+            parameters={"since": until - AVAILABLE_WINDOW, "until": until},
+        ).result_rows
+        return [AvailableMetric(device_id=d, metric_id=m) for d, m in rows]
+    selection = with_aliases(clickhouse, Selection(tuple(devices), until - AVAILABLE_WINDOW, until))
+    sql, query_params = catalog_query(selection)  # type: ignore[arg-type]
+    return [
+        AvailableMetric(device_id=r["device_id"], metric_id=r["metric_id"])
+        for r in clickhouse.query(sql, parameters=query_params).named_results()
+    ]
