@@ -41,22 +41,18 @@ class JobFilter:
 def jobs_query(f: JobFilter) -> tuple[str, dict[str, Any]]:
     """Jobs matching every given filter, newest start first. A time range selects the jobs
     that ran during some of it (a running job runs until now)."""
+    conditions = {
+        "user": (f.user, "user = {user:String}"),
+        "state": (f.state, "state = {state:String}"),
+        "node": (f.node, "has(nodes, {node:String})"),
+        "start": (f.start, "coalesce(end_time, now64(6)) >= {start:DateTime64(6, 'UTC')}"),
+        "end": (f.end, "start_time <= {end:DateTime64(6, 'UTC')}"),
+    }
     where, params = ["1"], {"limit": f.limit}
-    if f.user is not None:
-        where.append("user = {user:String}")
-        params["user"] = f.user
-    if f.state is not None:
-        where.append("state = {state:String}")
-        params["state"] = f.state
-    if f.node is not None:
-        where.append("has(nodes, {node:String})")
-        params["node"] = f.node
-    if f.start is not None:
-        where.append("coalesce(end_time, now64(6)) >= {start:DateTime64(6, 'UTC')}")
-        params["start"] = f.start
-    if f.end is not None:
-        where.append("start_time <= {end:DateTime64(6, 'UTC')}")
-        params["end"] = f.end
+    for name, (value, condition) in conditions.items():
+        if value is not None:
+            where.append(condition)
+            params[name] = value
     sql = (
         f"SELECT {JOB_COLUMNS} FROM jobs WHERE {' AND '.join(where)} "
         "ORDER BY start_time DESC NULLS FIRST, job_id LIMIT {limit:UInt32}"
