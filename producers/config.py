@@ -6,9 +6,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from producers.entry import DeviceEntry
 from producers.plugins import plugin_for
 from producers.plugins.base import validation_message
 
@@ -17,29 +18,6 @@ DEMO_DEVICES = Path(__file__).resolve().parent / "config" / "demo.yaml"
 
 class ConfigError(ValueError):
     """A devices file that cannot be used; the message names every bad entry and field."""
-
-
-class DeviceEntry(BaseModel):
-    """One metric (or family of metrics) of one device, as in Kwollect's configuration."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str = Field(
-        pattern=r"^[a-zA-Z_:][a-zA-Z0-9_:]*$",
-        description="metric name, Prometheus naming with the unit as suffix",
-    )
-    device_id: str = Field(min_length=1, description="what is measured: node-1, pdu-3")
-    url: str = Field(description="scheme://... selects the plugin; the rest is its config")
-    update_every: int = Field(gt=0, strict=True, description="polling period, milliseconds")
-    labels: dict[str, str] = Field(
-        default_factory=dict, description="attached to every reading of this entry"
-    )
-
-    @field_validator("url")
-    @classmethod
-    def _known_scheme(cls, url: str) -> str:
-        plugin_for(url)
-        return url
 
 
 def load_devices(path: Path) -> list[DeviceEntry]:

@@ -16,7 +16,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
-from producers.config import DeviceEntry, ProducerSettings
+from producers.config import ProducerSettings
+from producers.entry import DeviceEntry
 from producers.message import pack
 from producers.plugins import plugin_for
 from producers.plugins.base import Plugin

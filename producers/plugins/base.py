@@ -15,7 +15,7 @@ from urllib.parse import parse_qsl, urlsplit
 from pydantic import BaseModel, ValidationError
 
 if TYPE_CHECKING:
-    from producers.config import DeviceEntry
+    from producers.entry import DeviceEntry
     from producers.reading import Reading
 
 Options = TypeVar("Options", bound=BaseModel)

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from producers.config import DEMO_DEVICES, ConfigError, DeviceEntry, ProducerSettings, load_devices
+from producers.config import DEMO_DEVICES, ConfigError, ProducerSettings, load_devices
 from producers.demo_fleet import demo_fleet
+from producers.entry import DeviceEntry
 
 PLUGINS_DIR = Path(__file__).resolve().parents[2] / "producers" / "plugins"
 
@@ -67,7 +68,7 @@ SECOND = "- name: tester_value\n  device_id: node-4\n"
         ),
         (
             SECOND + "  url: snmpx://public@pdu-1/1.3.6\n  update_every: 1000\n",
-            "url: Value error, unknown scheme snmpx://; known: tester://",
+            "url: unknown scheme snmpx://; known: tester://",
         ),
         (
             SECOND + "  url: tester://?metrics=0\n  update_every: 1000\n",

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from producers.config import DeviceEntry, ProducerSettings
+from producers.config import ProducerSettings
+from producers.entry import DeviceEntry
 from producers.message import unpack
 from producers.publisher import DeliveryCounters
 from producers.runtime import Runtime, build_groups, next_tick_us

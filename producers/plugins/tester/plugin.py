@@ -20,7 +20,7 @@ from producers.plugins.base import Plugin, url_options
 from producers.reading import Reading
 
 if TYPE_CHECKING:
-    from producers.config import DeviceEntry
+    from producers.entry import DeviceEntry
 
 _WAVE_PERIOD_US = 60_000_000
 """Values follow a sine wave of one minute around a per-metric base."""

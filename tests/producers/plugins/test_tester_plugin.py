@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from producers.config import DeviceEntry
+from producers.entry import DeviceEntry
 from producers.plugins import plugin_for
 from producers.plugins.tester import plugin as tester
 from producers.plugins.tester.plugin import metric_ids, tester_value

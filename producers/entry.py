@@ -1,0 +1,27 @@
+"""One entry of a devices file: the model every part of the producers shares.
+
+It imports nothing of the producers, so that the arrows run one way: config -> registry ->
+plugins -> entry. Whether a URL's scheme has a plugin, and its options, is checked where
+the file is loaded (`producers.config.load_devices`), by the plugin itself.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class DeviceEntry(BaseModel):
+    """One metric (or family of metrics) of one device, as in Kwollect's configuration."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(
+        pattern=r"^[a-zA-Z_:][a-zA-Z0-9_:]*$",
+        description="metric name, Prometheus naming with the unit as suffix",
+    )
+    device_id: str = Field(min_length=1, description="what is measured: node-1, pdu-3")
+    url: str = Field(description="scheme://... selects the plugin; the rest is its config")
+    update_every: int = Field(gt=0, strict=True, description="polling period, milliseconds")
+    labels: dict[str, str] = Field(
+        default_factory=dict, description="attached to every reading of this entry"
+    )
