@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from clickhouse_connect.driver.exceptions import OperationalError
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -32,6 +33,12 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(ClickHouseUnavailable)
     async def clickhouse_unavailable(_request: Request, exc: ClickHouseUnavailable) -> JSONResponse:
         return JSONResponse(status_code=503, content={"error": str(exc)})
+
+    @app.exception_handler(OperationalError)
+    async def clickhouse_gone(_request: Request, exc: OperationalError) -> JSONResponse:
+        return JSONResponse(
+            status_code=503, content={"error": f"ClickHouse: {str(exc).splitlines()[0]}"}
+        )
 
     @app.exception_handler(KafkaUnavailable)
     async def kafka_unavailable(_request: Request, exc: KafkaUnavailable) -> JSONResponse:
@@ -67,8 +74,11 @@ def install(app: FastAPI) -> None:
         location = [str(part) for part in first.get("loc", ()) if part not in ("body", "query")]
         parameter = ".".join(location) or "body"
         message = first["msg"]
-        if parameter == "body":
-            message = "expected a JSON object, sent with Content-Type: application/json"
+        if first["type"] in ("json_invalid", "model_attributes_type", "dict_type"):
+            parameter = "body"  # invalid JSON is located by a character offset
+            message = (
+                f"expected a JSON object, sent with Content-Type: application/json ({message})"
+            )
         return JSONResponse(
             status_code=400,
             content={"error": f"invalid parameter {parameter}: {message}", "parameter": parameter},

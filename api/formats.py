@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any
+from urllib.parse import quote
 
 from clickhouse_connect.driver.client import Client
 from fastapi.responses import StreamingResponse
@@ -123,9 +124,18 @@ def stream(
     client: Client, rows: str, params: dict[str, Any], fmt: Format, filename: str
 ) -> StreamingResponse:
     """Run the query and stream its output in `fmt`."""
+    headers = {"Content-Disposition": content_disposition(f"{filename}.{fmt.extension}")}
     raw = client.raw_stream(projected(rows, fmt), parameters=params, fmt=fmt.clickhouse)
     body = blocks(raw)
     if fmt.name == "json":
         body = json_array(body)
-    headers = {"Content-Disposition": f'inline; filename="{filename}.{fmt.extension}"'}
     return StreamingResponse(body, media_type=fmt.media_type, headers=headers)
+
+
+def content_disposition(filename: str) -> str:
+    """`inline` with the file name, as ASCII and (RFC 6266) in UTF-8: a job id may be any
+    text, and a header is Latin-1."""
+    ascii_name = "".join(
+        c if c.isascii() and c.isprintable() and c not in '"\\' else "_" for c in filename
+    )
+    return f"inline; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(filename, safe='')}"

@@ -12,10 +12,11 @@ import orjson
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import DatabaseError as ClickHouseDatabaseError
 from clickhouse_connect.driver.exceptions import OperationalError
+from pydantic import ValidationError
 
 from api.clickhouse import ClickHouseProvider, ClickHouseUnavailable
 from api.config import ApiSettings
-from api.errors import NotFound
+from api.errors import NotFound, ParameterError
 from api.kafka import KafkaPublisher
 from api.queries.jobs import job_query, job_version_query
 from api.schemas import Job, JobCreate, JobFields
@@ -39,10 +40,16 @@ def get_job(client: Client, job_id: str) -> Job:
 
 
 def merged(current: Job, patch: JobFields) -> JobCreate:
-    """The whole job after a PATCH: the fields it sets replace the stored ones."""
-    return JobCreate(
-        **{**current.model_dump(exclude={"updated_at"}), **patch.model_dump(exclude_unset=True)}
-    )
+    """The whole job after a PATCH: the fields it sets replace the stored ones. A result
+    that is not a valid job (a required field set to null, end before start) is a 400
+    naming the field."""
+    fields = {**current.model_dump(exclude={"updated_at"}), **patch.model_dump(exclude_unset=True)}
+    try:
+        return JobCreate(**fields)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field = ".".join(str(part) for part in error["loc"]) or "body"
+        raise ParameterError(field, error["msg"]) from None
 
 
 def write_job(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 import hostlist
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from api.params import TIME_HELP, device_name, to_time
 
@@ -94,12 +94,24 @@ class JobFields(BaseModel):
         if value is None or value == "":
             return None
         try:
-            return to_time(value).isoformat() + "+00:00"
+            parsed = to_time(value)
         except (ValueError, OverflowError, OSError) as exc:
             raise ValueError(f"{value!r} is not {TIME_HELP}") from exc
+        if not JOB_YEARS[0] <= parsed.year < JOB_YEARS[1]:
+            raise ValueError(f"{value!r} is outside {JOB_YEARS[0]}-{JOB_YEARS[1] - 1}")
+        return parsed.isoformat(timespec="microseconds") + "+00:00"
+
+    @field_validator("end")
+    @classmethod
+    def _end_after_start(cls, end: str | None, info: ValidationInfo) -> str | None:
+        start = info.data.get("start")
+        if end and start and end < start:  # one ISO form for both: text order is time order
+            raise ValueError(f"{end} is before start {start}")
+        return end
 
 
 MAX_JOB_NODES = 100_000
+JOB_YEARS = (2000, 2101)  # as readings: a time outside is a mistake
 
 
 class JobCreate(JobFields):

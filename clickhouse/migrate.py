@@ -42,6 +42,9 @@ class MigrationSettings(BaseSettings):
     kafka_flush_interval_ms: int = Field(
         500, ge=10, description="max wait before a block is written"
     )
+    statement_timeout_s: int = Field(
+        6 * 3600, gt=0, description="how long the runner waits for one statement"
+    )
     retention_days: int = Field(
         90,
         ge=1,
@@ -96,6 +99,9 @@ def connect(settings: MigrationSettings) -> Client:
         username=settings.clickhouse_admin_user,
         password=settings.clickhouse_admin_password.get_secret_value(),
         database=settings.clickhouse_database,
+        # a migration that copies a large table runs long; a client that gave up would run
+        # it again while the server still copies
+        send_receive_timeout=settings.statement_timeout_s,
     )
 
 

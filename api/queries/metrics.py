@@ -4,7 +4,9 @@ by step. Every value is a bound parameter; the SQL text depends only on which op
 used, never on their values.
 
 Inner queries produce the columns `ts` (DateTime64), `device_id`, `metric_id`, `value` and
-`lab` (labels); `api/formats.py` projects them into the format asked for.
+`lab` (labels); `api/formats.py` projects them into the format asked for. Readings rows also
+carry `series`, which tells series apart even where `lab` does not (two outlets whose
+labels differ only by the alias, which is never shown).
 """
 
 from __future__ import annotations
@@ -49,7 +51,8 @@ def _summed_by_alias(rows: str) -> str:
     return (
         "SELECT ts, device_id, metric_id, value, mapUpdate("
         "mapFilter((k, v) -> arrayAll(m -> m[k] = v, labs), labs[1]), "
-        "map('_device_orig', arrayStringConcat(arraySort(origs), ','))) AS lab FROM ("
+        "map('_device_orig', arrayStringConcat(arraySort(origs), ','))) AS lab, "
+        "sipHash64(arraySort(origs)) AS series FROM ("
         f"SELECT ts, labels['{ALIAS}'] AS device_id, metric_id, sum(value) AS value, "
         f"groupArray({_NO_ALIAS}) AS labs, groupUniqArray(src) AS origs FROM ({rows}) "
         "GROUP BY ts, device_id, metric_id)"
@@ -125,7 +128,8 @@ def scope_rows(s: Selection, params: dict[str, Any]) -> str:
     extra = "".join(f" AND {c}" for c in _filters(s, params))
     own = (
         f"SELECT timestamp AS ts, device_id, metric_id, value, "
-        f"if(mapContains(labels, '{ALIAS}'), {_NO_ALIAS}, labels) AS lab "
+        f"if(mapContains(labels, '{ALIAS}'), {_NO_ALIAS}, labels) AS lab, "
+        "sipHash64(metrics.labels) AS series "
         f"FROM metrics WHERE metrics.timestamp BETWEEN {_SPAN} AND {_own_rows_condition(s)}{extra}"
     )
     rows = own
@@ -153,11 +157,11 @@ def as_rate(rows: str) -> str:
     null for the first reading of a series, as in Kwollect; correct across counter wraps
     and resets (see _RATE). The stored counter is untouched."""
     return (
-        f"SELECT ts, device_id, metric_id, {_RATE} AS value, lab FROM ("
-        "SELECT ts, device_id, metric_id, value, lab, "
+        f"SELECT ts, device_id, metric_id, {_RATE} AS value, lab, series FROM ("
+        "SELECT ts, device_id, metric_id, value, lab, series, "
         "lagInFrame(value) OVER w AS prev_value, lagInFrame(ts) OVER w AS prev_ts, "
         f"row_number() OVER w AS n FROM ({rows}) "
-        "WINDOW w AS (PARTITION BY device_id, metric_id, sipHash64(lab) ORDER BY ts "
+        "WINDOW w AS (PARTITION BY device_id, metric_id, series ORDER BY ts "
         "ROWS BETWEEN 1 PRECEDING AND CURRENT ROW))"
     )
 
@@ -258,10 +262,9 @@ def stepped_rows(s: Selection, step_s: int, agg: str, params: dict[str, Any]) ->
             "UNION ALL "
             # the ragged ends, as two ranges the primary key can find
             + raw_states(
-                "(metrics.timestamp >= {start:DateTime64(6, 'UTC')} "
-                "AND metrics.timestamp < {full_from:DateTime64(6, 'UTC')} "
-                "OR metrics.timestamp >= {full_to:DateTime64(6, 'UTC')} "
-                "AND metrics.timestamp <= {end:DateTime64(6, 'UTC')})"
+                f"metrics.timestamp BETWEEN {_SPAN} "
+                "AND (metrics.timestamp < {full_from:DateTime64(6, 'UTC')} "
+                "OR metrics.timestamp >= {full_to:DateTime64(6, 'UTC')})"
             )
         )
     merged_cols = ", ".join(f"{_PARTS[p].merge}(p_{p}) AS p_{p}" for p in parts)
@@ -272,7 +275,8 @@ def stepped_rows(s: Selection, step_s: int, agg: str, params: dict[str, Any]) ->
         f"FROM ({states}) GROUP BY ts, device_id, metric_id, labels_hash)"
     )
     rows = (
-        f"SELECT ts, device_id, metric_id, value, {_NO_ALIAS} AS lab FROM ({buckets}) AS b "
+        f"SELECT ts, device_id, metric_id, value, {_NO_ALIAS} AS lab, "
+        f"sipHash64(b.labels) AS series FROM ({buckets}) AS b "
         f"WHERE {_own_rows_condition(s, 'b')}"
     )
     if s.aliased:

@@ -23,8 +23,9 @@ from api.schemas import Job
 GAP_PERIODS = 3
 POWER_SUFFIX = "_watt"
 
-# Per series (device, metric, labels): statistics, and for node-level power series their
-# points integrated; then per device and metric.
+# Per series: statistics, and for node-level power series their points integrated; then
+# per device and metric. A node's sum of aliased readings is one series per set of devices
+# summed (a reading missing at an instant must not start a series of its own).
 _SUMMARY = """
 SELECT device_id, metric_id, min(mn) AS min, sum(sm) / sum(n) AS avg, max(mx) AS max,
     argMax(last_value, last_ts) AS last, toUInt32(sum(n)) AS count, max(is_power) AS power,
@@ -51,7 +52,7 @@ FROM (
         FROM ({rows})
         -- a power series is integrated alone; other series only add up their statistics
         GROUP BY device_id, metric_id,
-            if(endsWith(metric_id, {power_suffix:String}), sipHash64(lab), 0)
+            if(endsWith(metric_id, {power_suffix:String}), series, 0)
     )
 )
 GROUP BY device_id, metric_id

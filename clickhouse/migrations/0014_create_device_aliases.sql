@@ -25,9 +25,12 @@ FROM metrics_1m AS m
 WHERE m.labels['_device_alias'] != ''
 GROUP BY alias, device_id;
 
+-- Emptied first: ingestion is stopped from 0010 to 0015, so a run again is exact.
+TRUNCATE TABLE device_aliases;
+
 INSERT INTO device_aliases
 SELECT m.labels['_device_alias'] AS alias, device_id, min(toDateTime64(m.bucket, 6, 'UTC')),
     max(m.last_time)
 FROM metrics_1m AS m
-WHERE m.labels['_device_alias'] != '' AND (SELECT count() FROM device_aliases) = 0
+WHERE m.labels['_device_alias'] != ''
 GROUP BY alias, device_id;

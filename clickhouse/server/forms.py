@@ -5,6 +5,7 @@ server does not provide: refused with a clear error rather than read as SQL."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from email.parser import BytesParser
 from email.policy import HTTP
 
@@ -17,10 +18,20 @@ def is_form(content_type: str | None) -> bool:
     return (content_type or "").lower().startswith("multipart/form-data")
 
 
+def read_form(chunks: Iterable[bytes]) -> bytes:
+    """The whole form body, refused past MAX_FORM_BYTES as soon as it gets there (it is
+    read before the credentials are checked)."""
+    parts, size = [], 0
+    for chunk in chunks:
+        size += len(chunk)
+        if size > MAX_FORM_BYTES:
+            raise ClickHouseError(QUERY_IS_TOO_LARGE, f"form body over {MAX_FORM_BYTES} bytes")
+        parts.append(chunk)
+    return b"".join(parts)
+
+
 def form_fields(content_type: str, body: bytes) -> dict[str, str]:
     """The fields of a multipart/form-data body by name."""
-    if len(body) > MAX_FORM_BYTES:
-        raise ClickHouseError(QUERY_IS_TOO_LARGE, f"form body over {MAX_FORM_BYTES} bytes")
     message = BytesParser(policy=HTTP).parsebytes(
         f"Content-Type: {content_type}\r\n\r\n".encode() + body
     )

@@ -14,7 +14,7 @@ from clickhouse.server.compression import choose_encoding, compress_stream, deco
 from clickhouse.server.config import ServerSettings
 from clickhouse.server.engine import Engine, EngineConnection
 from clickhouse.server.errors import NOT_IMPLEMENTED, QUERY_IS_TOO_LARGE, ClickHouseError
-from clickhouse.server.forms import form_fields, is_form
+from clickhouse.server.forms import form_fields, is_form, read_form
 from clickhouse.server.sessions import SessionStore, parse_set
 from clickhouse.server.users import User, authenticate, credentials, users_from_settings
 
@@ -142,7 +142,7 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
                 raise ClickHouseError(NOT_IMPLEMENTED, f"There is no handler for {url.path}")
             content_type = self.headers.get("Content-Type")
             if not is_get and is_form(content_type):  # fields are parameters, not SQL
-                params.update(form_fields(content_type or "", b"".join(body.chunks())))
+                params.update(form_fields(content_type or "", read_form(body.chunks())))
             user = authenticate(self.server.users, *credentials(self.headers, params))
             for flag in ("compress", "decompress"):
                 if params.get(flag) in ("1", "true"):

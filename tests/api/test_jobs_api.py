@@ -317,3 +317,140 @@ def test_a_body_that_is_not_json_is_explained(api_url: str, api_tokens: dict[str
     assert response.status_code == 400
     assert response.json()["parameter"] == "body"
     assert "Content-Type: application/json" in response.json()["error"]
+
+
+def test_step_over_a_span_within_one_bucket(
+    api_url: str, insert_readings: Callable[[list[Row]], None], post_job: Callable[..., Any]
+) -> None:
+    """A job of 30 minutes inside one hour, at step=1h: no whole bucket, and the readings
+    after its end (in the same hour) must not count."""
+    node = f"sb{uuid.uuid4().hex[:6]}"
+    base = datetime(2026, 11, 22, 10, 0, 0)
+    insert_readings(
+        [[base + timedelta(minutes=m), node, "load", float(m), {}] for m in range(0, 60, 5)]
+    )
+    job = _job_id()
+    post_job(
+        job_id=job,
+        nodes=[node],
+        start="2026-11-22T10:05:00",
+        end="2026-11-22T10:35:00",
+        state="terminated",
+    )
+    for step in ("1h", "1m", "10s"):
+        got = httpx.get(
+            f"{api_url}/api/jobs/{job}/metrics", params={"step": step, "agg": "max"}, timeout=30
+        ).json()
+        assert max(r["value"] for r in got) == 35.0, step
+        assert sum(1 for _ in got) == (1 if step == "1h" else 7), step
+
+
+def test_energy_of_outlets_with_a_missing_reading(
+    api_url: str, insert_readings: Callable[[list[Row]], None], post_job: Callable[..., Any]
+) -> None:
+    """A node on two outlets of one PDU, one outlet's reading missing at two instants: the
+    node's power dips there; it is one series, integrated once."""
+    p = uuid.uuid4().hex[:6]
+    node, pdu = f"en{p}-node", f"en{p}-pdu"
+    base = datetime(2026, 11, 22, 12, 0, 0)
+    rows: list[Row] = []
+    for i in range(61):
+        for outlet in ("1", "2"):
+            if outlet == "2" and i in (10, 40):
+                continue
+            labels = {"outlet": outlet, "_device_alias": node}
+            rows.append([base + timedelta(seconds=i), pdu, "outlet_power_watt", 100.0, labels])
+    insert_readings(rows)
+    job = _job_id()
+    post_job(
+        job_id=job,
+        nodes=[node],
+        start=base.isoformat(),
+        end=(base + timedelta(seconds=60)).isoformat(),
+        state="terminated",
+    )
+    summary = httpx.get(f"{api_url}/api/jobs/{job}/summary", timeout=30).json()
+    (energy,) = summary["energy"]
+    assert energy["joules"] == pytest.approx(200 * 60 - 2 * 100)  # each dip: two trapezoids
+    assert energy["covered_s"] == pytest.approx(60.0) and energy["sources"] == [pdu]
+
+
+def test_rates_of_series_told_apart_only_by_alias(
+    api_url: str, insert_readings: Callable[[list[Row]], None], post_job: Callable[..., Any]
+) -> None:
+    """Two outlets whose labels differ only by `_device_alias` (hidden in the output) are
+    two series for as_rate, not one."""
+    p = uuid.uuid4().hex[:6]
+    pdu, a, b = f"ra{p}-pdu", f"ra{p}-a", f"ra{p}-b"
+    base = datetime(2026, 11, 22, 13, 0, 0)
+    rows = [
+        [
+            base + timedelta(seconds=i),
+            pdu,
+            "energy_joules_total",
+            start + 10.0 * i,
+            {"_device_alias": node},
+        ]
+        for i in range(5)
+        for node, start in ((a, 1000.0), (b, 5000.0))
+    ]
+    insert_readings(rows)
+    job = _job_id()
+    post_job(
+        job_id=job,
+        nodes=[a, b],
+        start=base.isoformat(),
+        end=(base + timedelta(seconds=10)).isoformat(),
+        state="terminated",
+    )
+    got = httpx.get(
+        f"{api_url}/api/jobs/{job}/metrics", params={"as_rate": "true", "devices": pdu}, timeout=30
+    ).json()
+    assert sorted(r["value"] for r in got if r["value"] is not None) == [10.0] * 8
+
+
+@pytest.mark.parametrize(
+    "body,field",
+    [
+        ({"job_id": "1", "start": "2026-01-02", "end": "2026-01-01"}, "end"),
+        ({"job_id": "1", "start": "0001-01-01"}, "start"),
+        ({"job_id": "1", "start": 1e11}, "start"),
+    ],
+)
+def test_jobs_clickhouse_would_reject_are_refused(
+    api_url: str, api_tokens: dict[str, str], body: dict, field: str
+) -> None:
+    response = httpx.post(
+        f"{api_url}/api/jobs", json=body, headers=_auth(api_tokens["admin"]), timeout=10
+    )
+    assert response.status_code == 400, response.text
+    assert response.json()["parameter"] == field
+
+
+def test_patch_to_an_invalid_job_is_a_400(
+    api_url: str, api_tokens: dict[str, str], some_job: str
+) -> None:
+    url = f"{api_url}/api/jobs/{some_job}"
+    headers = _auth(api_tokens["admin"])
+    for patch, field in (({"state": None}, "state"), ({"end": "2025-01-01"}, "end")):
+        response = httpx.patch(url, json=patch, headers=headers, timeout=10)
+        assert response.status_code == 400, response.text
+        assert response.json()["parameter"] == field
+
+
+def test_invalid_json_is_the_body(api_url: str, api_tokens: dict[str, str]) -> None:
+    response = httpx.post(
+        f"{api_url}/api/jobs",
+        content=b'{"job_id": 1,}',
+        headers={**_auth(api_tokens["admin"]), "Content-Type": "application/json"},
+        timeout=10,
+    )
+    assert response.status_code == 400 and response.json()["parameter"] == "body"
+
+
+def test_any_job_id_names_the_download(api_url: str, post_job: Callable[..., Any]) -> None:
+    job = f"ジョブ-{_job_id()}"
+    post_job(job_id=job, nodes=["x-1"], start="2026-01-01T00:00:00")
+    response = httpx.get(f"{api_url}/api/jobs/{job}/metrics", params={"format": "csv"}, timeout=10)
+    assert response.status_code == 200
+    assert "filename*=UTF-8''job-%E3%82%B8" in response.headers["content-disposition"]

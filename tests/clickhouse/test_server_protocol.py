@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import threading
 import uuid
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
@@ -302,3 +303,21 @@ def test_query_and_parameters_in_form_fields(http: httpx.Client, reader_client: 
         files={"ext": ("ext.tsv", b"1\n2\n")},
     )
     assert external.status_code != 200 and "external table" in external.text
+
+
+def test_a_form_body_is_bounded_as_it_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The form is read before the credentials are checked: past the limit it is refused
+    at once, not buffered."""
+    from clickhouse.server import forms
+
+    monkeypatch.setattr(forms, "MAX_FORM_BYTES", 10)
+    read = []
+
+    def chunks() -> Iterator[bytes]:
+        for _ in range(1000):
+            read.append(1)
+            yield b"x" * 4
+
+    with pytest.raises(forms.ClickHouseError, match="over 10 bytes"):
+        forms.read_form(chunks())
+    assert len(read) == 3
