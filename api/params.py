@@ -31,11 +31,16 @@ def parse_devices(parameter: str, value: str | None) -> tuple[str, ...]:
     return tuple(dict.fromkeys(device_name(d) for d in parse_list(parameter, value)))
 
 
+# `...T10:00:00+01:00` typed into a URL without encoding arrives as `...T10:00:00 01:00`.
+_UNENCODED_PLUS = re.compile(r"^(\d{4}-\d\d-\d\d[T ][\d:.]+) (\d\d(?::?\d\d)?)$")
+
+
 def to_time(value: str | float) -> datetime:
     """ISO 8601 (naive means UTC) or Unix seconds -> naive UTC datetime; ValueError if not."""
     if isinstance(value, int | float) or _is_number(value):
         return datetime.fromtimestamp(float(value), UTC).replace(tzinfo=None)
-    parsed = datetime.fromisoformat(str(value).strip().replace(" ", "T", 1))
+    text = _UNENCODED_PLUS.sub(r"\1+\2", str(value).strip())
+    parsed = datetime.fromisoformat(text.replace(" ", "T", 1))
     if parsed.tzinfo is not None:
         parsed = parsed.astimezone(UTC).replace(tzinfo=None)
     return parsed

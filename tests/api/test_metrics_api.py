@@ -219,3 +219,14 @@ def test_job_writes_need_kafka_not_clickhouse(api_tokens: dict[str, str], kafka:
                 assert "nothing was written" in response.json()["error"]
             else:
                 assert response.json()["job_id"] == job["job_id"]
+
+
+def test_time_offset_typed_unencoded_in_a_url(api_url: str, readings: tuple[str, datetime]) -> None:
+    """`+01:00` pasted into a URL arrives as ` 01:00`: still that offset, not an error."""
+    prefix, base = readings
+    start = (base - timedelta(minutes=1) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%S")
+    end = (base + timedelta(minutes=1) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%S")
+    url = f"{api_url}/api/metrics?devices={prefix}-1&start_time={start}+01:00&end_time={end}+01:00"
+    response = httpx.get(url, timeout=30)
+    assert response.status_code == 200, response.text
+    assert len(response.json()) == 6
