@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
 from clickhouse_connect.driver.exceptions import OperationalError
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -29,28 +32,45 @@ class NotFound(LookupError):
     """A job or device that does not exist; the message names it."""
 
 
+def error_parameter(error: Mapping[str, Any]) -> tuple[str, str]:
+    """The parameter (or body field) a pydantic error is about, and its message."""
+    location = [str(part) for part in error.get("loc", ()) if part not in ("body", "query")]
+    parameter, message = ".".join(location) or "body", str(error["msg"])
+    if error["type"] in ("json_invalid", "model_attributes_type", "dict_type"):
+        parameter = "body"  # invalid JSON is located by a character offset
+        message = f"expected a JSON object, sent with Content-Type: application/json ({message})"
+    return parameter, message
+
+
+def _parameter_response(parameter: str, message: str) -> JSONResponse:
+    return JSONResponse(
+        status_code=400,
+        content={"error": f"invalid parameter {parameter}: {message}", "parameter": parameter},
+    )
+
+
+# Exceptions answered as `{"error": <message>}`: their status and message.
+_ANSWERS: dict[type[Exception], tuple[int, Callable[[Exception], str]]] = {
+    ClickHouseUnavailable: (503, str),
+    OperationalError: (503, lambda exc: f"ClickHouse: {str(exc).splitlines()[0]}"),
+    KafkaUnavailable: (503, lambda exc: f"{exc}: nothing was written"),
+    NotFound: (404, str),
+    NotAcceptable: (406, str),
+}
+
+
+def _answer(
+    status: int, describe: Callable[[Exception], str]
+) -> Callable[[Request, Exception], Awaitable[JSONResponse]]:
+    async def handler(_request: Request, exc: Exception) -> JSONResponse:
+        return JSONResponse(status_code=status, content={"error": describe(exc)})
+
+    return handler
+
+
 def install(app: FastAPI) -> None:
-    @app.exception_handler(ClickHouseUnavailable)
-    async def clickhouse_unavailable(_request: Request, exc: ClickHouseUnavailable) -> JSONResponse:
-        return JSONResponse(status_code=503, content={"error": str(exc)})
-
-    @app.exception_handler(OperationalError)
-    async def clickhouse_gone(_request: Request, exc: OperationalError) -> JSONResponse:
-        return JSONResponse(
-            status_code=503, content={"error": f"ClickHouse: {str(exc).splitlines()[0]}"}
-        )
-
-    @app.exception_handler(KafkaUnavailable)
-    async def kafka_unavailable(_request: Request, exc: KafkaUnavailable) -> JSONResponse:
-        return JSONResponse(status_code=503, content={"error": f"{exc}: nothing was written"})
-
-    @app.exception_handler(NotFound)
-    async def not_found(_request: Request, exc: NotFound) -> JSONResponse:
-        return JSONResponse(status_code=404, content={"error": str(exc)})
-
-    @app.exception_handler(NotAcceptable)
-    async def not_acceptable(_request: Request, exc: NotAcceptable) -> JSONResponse:
-        return JSONResponse(status_code=406, content={"error": str(exc)})
+    for kind, (status, describe) in _ANSWERS.items():
+        app.add_exception_handler(kind, _answer(status, describe))
 
     @app.exception_handler(HTTPException)
     async def http_error(_request: Request, exc: HTTPException) -> JSONResponse:
@@ -60,26 +80,8 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(ParameterError)
     async def parameter_error(_request: Request, exc: ParameterError) -> JSONResponse:
-        return JSONResponse(
-            status_code=400,
-            content={
-                "error": f"invalid parameter {exc.parameter}: {exc.message}",
-                "parameter": exc.parameter,
-            },
-        )
+        return _parameter_response(exc.parameter, exc.message)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        first = exc.errors()[0]
-        location = [str(part) for part in first.get("loc", ()) if part not in ("body", "query")]
-        parameter = ".".join(location) or "body"
-        message = first["msg"]
-        if first["type"] in ("json_invalid", "model_attributes_type", "dict_type"):
-            parameter = "body"  # invalid JSON is located by a character offset
-            message = (
-                f"expected a JSON object, sent with Content-Type: application/json ({message})"
-            )
-        return JSONResponse(
-            status_code=400,
-            content={"error": f"invalid parameter {parameter}: {message}", "parameter": parameter},
-        )
+        return _parameter_response(*error_parameter(exc.errors()[0]))

@@ -24,8 +24,8 @@ from clickhouse_connect.driver.client import Client
 from fastapi.responses import StreamingResponse
 
 from api.errors import NotAcceptable, ParameterError
+from api.queries import iso_sql
 
-ISO_TIMESTAMP = "formatDateTime(ts, '%Y-%m-%dT%H:%i:%S.%f+00:00')"
 BLOCK_SIZE = 1 << 18
 
 
@@ -42,9 +42,9 @@ class Format:
 FORMATS = {
     f.name: f
     for f in (
-        Format("json", "application/json", "JSONEachRow", ISO_TIMESTAMP, "lab", "json"),
-        Format("ndjson", "application/x-ndjson", "JSONEachRow", ISO_TIMESTAMP, "lab", "ndjson"),
-        Format("csv", "text/csv", "CSVWithNames", ISO_TIMESTAMP, "toJSONString(lab)", "csv"),
+        Format("json", "application/json", "JSONEachRow", iso_sql("ts"), "lab", "json"),
+        Format("ndjson", "application/x-ndjson", "JSONEachRow", iso_sql("ts"), "lab", "ndjson"),
+        Format("csv", "text/csv", "CSVWithNames", iso_sql("ts"), "toJSONString(lab)", "csv"),
         Format("parquet", "application/vnd.apache.parquet", "Parquet", "ts", "lab", "parquet"),
         Format("arrow", "application/vnd.apache.arrow.stream", "ArrowStream", "ts", "lab", "arrow"),
     )

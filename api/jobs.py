@@ -16,8 +16,9 @@ from pydantic import ValidationError
 
 from api.clickhouse import ClickHouseProvider, ClickHouseUnavailable
 from api.config import ApiSettings
-from api.errors import NotFound, ParameterError
+from api.errors import NotFound, ParameterError, error_parameter
 from api.kafka import KafkaPublisher
+from api.params import iso
 from api.queries.jobs import job_query, job_version_query
 from api.schemas import Job, JobCreate, JobFields
 
@@ -25,18 +26,12 @@ _VISIBLE_POLL_S = 0.05
 log = logging.getLogger("jobscope.api")
 
 
-class JobNotFound(NotFound):
-    def __init__(self, job_id: str) -> None:
-        super().__init__(f"no job {job_id!r}")
-        self.job_id = job_id
-
-
 def get_job(client: Client, job_id: str) -> Job:
     sql, params = job_query(job_id)
     rows = client.query(sql, parameters=params).named_results()
     for row in rows:
         return Job(**row)
-    raise JobNotFound(job_id)
+    raise NotFound(f"no job {job_id!r}")
 
 
 def merged(current: Job, patch: JobFields) -> JobCreate:
@@ -47,9 +42,7 @@ def merged(current: Job, patch: JobFields) -> JobCreate:
     try:
         return JobCreate(**fields)
     except ValidationError as exc:
-        error = exc.errors()[0]
-        field = ".".join(str(part) for part in error["loc"]) or "body"
-        raise ParameterError(field, error["msg"]) from None
+        raise ParameterError(*error_parameter(exc.errors()[0])) from None
 
 
 def write_job(
@@ -70,7 +63,7 @@ def write_job(
         "state": job.state.value,
         "site": job.site or "",
         "labels": job.labels or {},
-        "updated_at": updated_at.isoformat() + "+00:00",
+        "updated_at": iso(updated_at),
     }
     publisher.publish(settings.jobs_topic, job.job_id, orjson.dumps(document))
     sql, params = job_version_query(job.job_id, updated_at)

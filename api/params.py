@@ -46,6 +46,11 @@ def to_time(value: str | float) -> datetime:
     return parsed
 
 
+def iso(t: datetime) -> str:
+    """Kwollect's timestamp of a naive UTC datetime: ISO 8601, microseconds, `+00:00`."""
+    return t.isoformat(timespec="microseconds") + "+00:00"
+
+
 def parse_time(parameter: str, value: str | None) -> datetime | None:
     if value is None or value == "":
         return None

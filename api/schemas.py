@@ -7,7 +7,7 @@ from enum import StrEnum
 import hostlist
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from api.params import TIME_HELP, device_name, to_time
+from api.params import TIME_HELP, device_name, iso, to_time
 
 
 class Reading(BaseModel):
@@ -99,7 +99,7 @@ class JobFields(BaseModel):
             raise ValueError(f"{value!r} is not {TIME_HELP}") from exc
         if not JOB_YEARS[0] <= parsed.year < JOB_YEARS[1]:
             raise ValueError(f"{value!r} is outside {JOB_YEARS[0]}-{JOB_YEARS[1] - 1}")
-        return parsed.isoformat(timespec="microseconds") + "+00:00"
+        return iso(parsed)
 
     @field_validator("end")
     @classmethod

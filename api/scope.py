@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from typing import overload
 
 from clickhouse_connect.driver.client import Client
 
@@ -71,6 +72,10 @@ def job_selection(job: Job, asked: Asked) -> Selection | None:
     )
 
 
+@overload
+def with_aliases(client: Client, selection: Selection) -> Selection: ...
+@overload
+def with_aliases(client: Client, selection: Selection | None) -> Selection | None: ...
 def with_aliases(client: Client, selection: Selection | None) -> Selection | None:
     """The selection with the devices that measure its devices during its span: one small
     query, so that a selection without any reads no alias branch."""

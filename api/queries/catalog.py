@@ -4,17 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from api.queries import iso_sql
 from api.queries.metrics import Selection, scope_rows
-
-_ISO = "'%Y-%m-%dT%H:%i:%S.%f+00:00'"
 
 
 def catalog_query(selection: Selection) -> tuple[str, dict[str, Any]]:
     params: dict[str, Any] = {}
     rows = scope_rows(selection, params)
     sql = (
-        f"SELECT device_id, metric_id, count() AS count, formatDateTime(min(ts), {_ISO}) AS first, "
-        f"formatDateTime(max(ts), {_ISO}) AS last FROM ({rows}) "
+        f"SELECT device_id, metric_id, count() AS count, {iso_sql('min(ts)')} AS first, "
+        f"{iso_sql('max(ts)')} AS last FROM ({rows}) "
         "GROUP BY device_id, metric_id ORDER BY device_id, metric_id"
     )
     return sql, params

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
-_ISO = "'%Y-%m-%dT%H:%i:%S.%f+00:00'"
+from api.queries import iso_sql
 
 
 def devices_query() -> tuple[str, dict[str, Any]]:
     return (
         "SELECT device_id, toInt64(uniqExact(metric_id)) AS metrics, "
-        f"formatDateTime(max(timestamp), {_ISO}) AS last_reading "
+        f"{iso_sql('max(timestamp)')} AS last_reading "
         "FROM metrics_latest GROUP BY device_id ORDER BY device_id",
         {},
     )
@@ -18,8 +19,19 @@ def devices_query() -> tuple[str, dict[str, Any]]:
 
 def latest_query(device_id: str) -> tuple[str, dict[str, Any]]:
     return (
-        f"SELECT formatDateTime(timestamp, {_ISO}) AS timestamp, device_id, metric_id, value, "
+        f"SELECT {iso_sql('timestamp')} AS timestamp, device_id, metric_id, value, "
         "labels FROM metrics_latest WHERE device_id = {device_id:String} "
         "ORDER BY metric_id, labels_hash",
         {"device_id": device_id},
+    )
+
+
+def recent_metrics_query(since: datetime, until: datetime) -> tuple[str, dict[str, Any]]:
+    """Every device and metric whose newest reading lies in (since, until]: what reported
+    lately, when `until` is now."""
+    return (
+        "SELECT DISTINCT device_id, metric_id FROM metrics_latest "
+        "WHERE timestamp > {since:DateTime64(6, 'UTC')} "
+        "AND timestamp <= {until:DateTime64(6, 'UTC')} ORDER BY device_id, metric_id",
+        {"since": since, "until": until},
     )

@@ -6,12 +6,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-_ISO = "%Y-%m-%dT%H:%i:%S.%f+00:00"
+from api.queries import iso_sql
+
 JOB_COLUMNS = (
     "job_id, user, project, queue, nodes, "
-    f"formatDateTime(start_time, '{_ISO}') AS start, "
-    f"formatDateTime(end_time, '{_ISO}') AS end, "
-    f"state, site, labels, formatDateTime(updated_at, '{_ISO}') AS updated_at"
+    f"{iso_sql('start_time')} AS start, "
+    f"{iso_sql('end_time')} AS end, "
+    f"state, site, labels, {iso_sql('updated_at')} AS updated_at"
 )
 
 

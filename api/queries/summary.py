@@ -11,12 +11,12 @@ bridged. `covered_s` is the time the integral spans without gaps.
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 import orjson
 from clickhouse_connect.driver.client import Client
 
+from api.params import iso
 from api.queries.metrics import Selection, scope_rows
 from api.schemas import Job
 
@@ -61,10 +61,6 @@ ORDER BY device_id, metric_id
 _STATS = ("device_id", "metric_id", "min", "avg", "max", "last", "count")
 
 
-def _iso(t: datetime) -> str:
-    return t.isoformat(timespec="microseconds") + "+00:00"
-
-
 def summarise(client: Client, job: Job, selection: Selection | None) -> dict[str, Any]:
     """The summary as JSON-ready data (see JobSummary): built from one row per device and
     metric, without a model object per row."""
@@ -101,8 +97,8 @@ def summarise(client: Client, job: Job, selection: Selection | None) -> dict[str
             joules, nodes = totals.get(metric, (0.0, 0))
             totals[metric] = (joules + row["joules"], nodes + 1)
     summary.update(
-        start=_iso(selection.start),
-        end=_iso(selection.end),
+        start=iso(selection.start),
+        end=iso(selection.end),
         duration_s=(selection.end - selection.start).total_seconds(),
         energy_total=[
             {"metric_id": m, "joules": j, "nodes": n} for m, (j, n) in sorted(totals.items())

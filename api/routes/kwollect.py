@@ -16,6 +16,7 @@ from api.errors import ParameterError
 from api.jobs import get_job
 from api.params import TIME_HELP, device_name, parse_time
 from api.queries.catalog import catalog_query
+from api.queries.devices import recent_metrics_query
 from api.queries.metrics import Selection
 from api.routes.metrics import READINGS_RESPONSES, get_metrics
 from api.schemas import AvailableMetric, ErrorBody, Reading
@@ -79,15 +80,10 @@ def available_metrics(
         # Every device: from the latest values, which know only the present.
         if until < now() - AVAILABLE_WINDOW:
             raise ParameterError("params", "give devices or job_id for a time in the past")
-        rows = clickhouse.query(
-            "SELECT DISTINCT device_id, metric_id FROM metrics_latest "
-            "WHERE timestamp > {since:DateTime64(6, 'UTC')} "
-            "AND timestamp <= {until:DateTime64(6, 'UTC')} ORDER BY device_id, metric_id",
-            parameters={"since": until - AVAILABLE_WINDOW, "until": until},
-        ).result_rows
-        return [AvailableMetric(device_id=d, metric_id=m) for d, m in rows]
-    selection = with_aliases(clickhouse, Selection(tuple(devices), until - AVAILABLE_WINDOW, until))
-    sql, query_params = catalog_query(selection)  # type: ignore[arg-type]
+        sql, query_params = recent_metrics_query(until - AVAILABLE_WINDOW, until)
+    else:
+        window = Selection(tuple(devices), until - AVAILABLE_WINDOW, until)
+        sql, query_params = catalog_query(with_aliases(clickhouse, window))
     return [
         AvailableMetric(device_id=r["device_id"], metric_id=r["metric_id"])
         for r in clickhouse.query(sql, parameters=query_params).named_results()
