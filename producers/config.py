@@ -21,38 +21,48 @@ class ConfigError(ValueError):
 
 
 def load_devices(path: Path) -> list[DeviceEntry]:
-    """Read and validate a YAML list of device entries, plugin options included.
+    """Read and validate the device entries of a YAML file, or of every file of a directory
+    (Kwollect's `metrics_dir`, read in name order). A file holds a list of entries, one
+    entry (a mapping), or nothing; plugin options are checked too.
 
-    Raises ConfigError naming each bad entry by position (1-based), line and device_id.
+    Raises ConfigError naming each bad entry by file, position (1-based), line and device_id.
     """
-    items, lines = _yaml_list(path)
+    files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
     entries: list[DeviceEntry] = []
     errors: list[str] = []
     # An entry is one series per metric: the same name on one device is allowed only with
     # other labels (a PDU's outlets: `outlet`, `_device_alias`).
-    first_seen: dict[tuple[str, str, frozenset[tuple[str, str]]], int] = {}
-    for index, (item, line) in enumerate(zip(items, lines, strict=True), start=1):
-        where = _where(path, index, line, item)
+    first_seen: dict[tuple[str, str, frozenset[tuple[str, str]]], str] = {}
+    for file in files:
         try:
-            entry = DeviceEntry.model_validate(item)
-            plugin_for(entry.url).from_entry(entry)
-        except ValidationError as exc:
-            errors.append(f"{where}: {validation_message(exc)}")
+            items = _yaml_items(file)
+        except ConfigError as exc:
+            errors.append(str(exc))
             continue
-        except ValueError as exc:
-            errors.append(f"{where}: url: {exc}")
-            continue
-        key = (entry.device_id, entry.name, frozenset(entry.labels.items()))
-        if key in first_seen:
-            errors.append(
-                f"{where}: name: {entry.name} of {entry.device_id} with these labels is "
-                f"already defined by entry {first_seen[key]}"
-            )
-            continue
-        first_seen[key] = index
-        entries.append(entry)
+        for index, (item, line) in enumerate(items, start=1):
+            where = _where(file, index, line, item)
+            try:
+                entry = DeviceEntry.model_validate(item)
+                plugin_for(entry.url).check(entry)
+            except ValidationError as exc:
+                errors.append(f"{where}: {validation_message(exc)}")
+                continue
+            except ValueError as exc:
+                errors.append(f"{where}: url: {exc}")
+                continue
+            key = (entry.device_id, entry.name, frozenset(entry.labels.items()))
+            if key in first_seen:
+                errors.append(
+                    f"{where}: name: {entry.name} of {entry.device_id} with these labels is "
+                    f"already defined by {first_seen[key]}"
+                )
+                continue
+            first_seen[key] = f"{file.name} entry {index}"
+            entries.append(entry)
     if errors:
         raise ConfigError("\n".join(errors))
+    if not entries:
+        raise ConfigError(f"{path}: no device entries")
     return entries
 
 
@@ -64,15 +74,20 @@ def _where(path: Path, index: int, line: int, item: Any) -> str:
     )
 
 
-def _yaml_list(path: Path) -> tuple[list[Any], list[int]]:
-    """The items of the YAML list in `path` and the line where each starts."""
+def _yaml_items(path: Path) -> list[tuple[Any, int]]:
+    """The entries of the YAML file `path` (a list, one mapping, or empty), each with the
+    line where it starts."""
     loader = yaml.SafeLoader(path.read_text())
     try:
         root = loader.get_single_node()
-        if not isinstance(root, yaml.SequenceNode) or not root.value:
-            raise ConfigError(f"{path}: expected a non-empty list of device entries")
+        if root is None or (isinstance(root, yaml.ScalarNode) and root.tag.endswith(":null")):
+            return []
+        if isinstance(root, yaml.MappingNode):
+            return [(loader.construct_document(root), root.start_mark.line + 1)]
+        if not isinstance(root, yaml.SequenceNode):
+            raise ConfigError(f"{path}: expected a list of device entries or one entry")
         lines = [node.start_mark.line + 1 for node in root.value]
-        return loader.construct_document(root), lines
+        return list(zip(loader.construct_document(root), lines, strict=True))
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     finally:
@@ -86,7 +101,9 @@ class ProducerSettings(BaseSettings):
 
     kafka_bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers")
     readings_topic: str = Field("readings", min_length=1)
-    devices_file: Path = Field(DEMO_DEVICES, description="YAML list of device entries")
+    devices_file: Path = Field(
+        DEMO_DEVICES, description="YAML file of device entries, or a directory of them"
+    )
     linger_ms: int = Field(20, ge=0, description="how long a message may wait for its batch")
     compression: Literal["none", "gzip", "snappy", "lz4", "zstd"] = "lz4"
     delivery_timeout_ms: int = Field(

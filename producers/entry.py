@@ -7,11 +7,14 @@ the file is loaded (`producers.config.load_devices`), by the plugin itself.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field
 
 
 class DeviceEntry(BaseModel):
-    """One metric (or family of metrics) of one device, as in Kwollect's configuration."""
+    """One metric (or family of metrics) of one device: Kwollect's fields, same defaults,
+    plus `options` for what Kwollect's URLs cannot say (SNMPv3, table walks, aliases)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -21,7 +24,19 @@ class DeviceEntry(BaseModel):
     )
     device_id: str = Field(min_length=1, description="what is measured: node-1, pdu-3")
     url: str = Field(description="scheme://... selects the plugin; the rest is its config")
-    update_every: int = Field(gt=0, strict=True, description="polling period, milliseconds")
+    update_every: int = Field(
+        10_000, gt=0, strict=True, description="polling period, milliseconds (Kwollect's default)"
+    )
+    optional: bool = Field(
+        False,
+        description="Kwollect's on-demand metric: polled only while promoted (not polled yet)",
+    )
     labels: dict[str, str] = Field(
         default_factory=dict, description="attached to every reading of this entry"
+    )
+    scale_factor: float | None = Field(
+        None, description="every value read is multiplied by it (Kwollect's scale_factor)"
+    )
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="plugin-specific settings, validated by the plugin"
     )

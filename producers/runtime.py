@@ -1,10 +1,11 @@
-"""The asyncio runtime: polls each device group on wall-clock-aligned ticks and publishes.
+"""The asyncio runtime: polls each group of entries on wall-clock-aligned ticks and publishes.
 
-Entries of one device with the same `update_every` form a group; a group's tick polls all
-its plugins concurrently and publishes what they returned as one Kafka message. Ticks fall
-on multiples of `update_every` since the epoch, so every device with the same period is
-sampled at the same instants (synchronized sampling, as in DCDB). Each group has its own
-loop: a slow, hung or failing device only loses its own readings of that tick.
+Entries of one plugin with the same batch key (by default the device; for SNMP the agent,
+for IPMI the BMC) and the same `update_every` form a group; a group's tick polls all its
+plugin instances concurrently and publishes what they returned as one Kafka message per
+device. Ticks fall on multiples of `update_every` since the epoch, so every device with the
+same period is sampled at the same instants (synchronized sampling, as in DCDB). Each group
+has its own loop: a slow, hung or failing device only loses its own readings of that tick.
 """
 
 from __future__ import annotations
@@ -13,14 +14,14 @@ import asyncio
 import logging
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import asdict, dataclass, field
 
 from producers.config import ProducerSettings
 from producers.entry import DeviceEntry
 from producers.message import pack
 from producers.plugins import plugin_for
-from producers.plugins.base import Plugin
+from producers.plugins.base import Plugin, Skips
 from producers.publisher import Publisher
 from producers.reading import Reading
 
@@ -32,11 +33,12 @@ _CLOSE_TIMEOUT_S = 5.0
 
 @dataclass(frozen=True)
 class Group:
-    """The entries of one device polled together: one tick, one timestamp, one message."""
+    """Entries polled together: one tick, one timestamp, one message per device."""
 
-    device_id: str
+    name: str
+    """For the log: the device, or the agent an SNMP group asks."""
     update_every_ms: int
-    members: tuple[tuple[DeviceEntry, Plugin], ...]
+    members: tuple[Plugin, ...]
 
 
 @dataclass
@@ -48,18 +50,26 @@ class PollCounters:
     poll_timeouts: int = 0
     missed_ticks: int = 0
     nonfinite_values: int = 0
-    failing: set[tuple[str, str]] = field(default_factory=set)
-    """(device_id, name) of the entries whose last poll failed or timed out."""
+    failing: set[int] = field(default_factory=set)
+    """id() of the plugin instances whose last poll failed or timed out."""
+    lateness_us: list[int] = field(default_factory=list)
+    """How late each tick's poll started since the last stats line (reset by it)."""
 
 
 def build_groups(entries: Sequence[DeviceEntry]) -> list[Group]:
-    """Build each entry's plugin and group the entries by (device_id, update_every)."""
-    members: dict[tuple[str, int], list[tuple[DeviceEntry, Plugin]]] = {}
+    """Group the entries by (plugin, batch key, update_every) and build their plugins.
+
+    Optional entries (Kwollect's on-demand metrics) are left out: nothing promotes them yet.
+    """
+    batches: dict[tuple[type[Plugin], Hashable, int], list[DeviceEntry]] = {}
     for entry in entries:
-        plugin = plugin_for(entry.url).from_entry(entry)
-        members.setdefault((entry.device_id, entry.update_every), []).append((entry, plugin))
+        if entry.optional:
+            continue
+        plugin = plugin_for(entry.url)
+        batches.setdefault((plugin, plugin.batch_key(entry), entry.update_every), []).append(entry)
     return [
-        Group(device_id, period, tuple(group)) for (device_id, period), group in members.items()
+        Group(str(key), period, tuple(plugin.build(batch)))
+        for (plugin, key, period), batch in batches.items()
     ]
 
 
@@ -82,12 +92,16 @@ class Runtime:
         self.publisher = publisher
         self.settings = settings
         self.counters = PollCounters()
+        self.skips = Skips(log)
+        for group in groups:
+            for member in group.members:
+                member.skips = self.skips
         self._nonfinite_seen: set[tuple[str, str]] = set()
 
     async def run(self, stop: asyncio.Event) -> None:
         """Poll until `stop` is set or Kafka fails for good; then stop and close the plugins."""
         tasks = [
-            asyncio.create_task(self._group_loop(group), name=f"group {group.device_id}")
+            asyncio.create_task(self._group_loop(group), name=f"group {group.name}")
             for group in self.groups
         ]
         tasks.append(asyncio.create_task(self._serve_callbacks(stop)))
@@ -97,9 +111,7 @@ class Runtime:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         closing = [
-            asyncio.create_task(plugin.close())
-            for group in self.groups
-            for _, plugin in group.members
+            asyncio.create_task(plugin.close()) for group in self.groups for plugin in group.members
         ]
         if closing:
             await asyncio.wait(closing, timeout=_CLOSE_TIMEOUT_S)
@@ -116,14 +128,14 @@ class Runtime:
             try:
                 await self._tick(group, tick, period)
             except Exception:  # a bug must not end this device's polling for good
-                log.exception("tick failed: device_id=%s", group.device_id)
+                log.exception("tick failed: %s", group.name)
             following = tick + period
             if (behind := now_us() - following) >= 0:
                 missed = behind // period + 1
                 self.counters.missed_ticks += missed
                 log.warning(
-                    "device_id=%s: tick took longer than its %d ms period: %d tick(s) skipped",
-                    group.device_id,
+                    "%s: tick took longer than its %d ms period: %d tick(s) skipped",
+                    group.name,
                     group.update_every_ms,
                     missed,
                 )
@@ -132,18 +144,23 @@ class Runtime:
 
     async def _tick(self, group: Group, tick: int, period: int) -> None:
         timestamp = now_us()
+        self.counters.lateness_us.append(timestamp - tick)
         deadline = tick + int(period * self.settings.poll_timeout_ratio)
         readings = await self._poll(group, timestamp, max(deadline - timestamp, 0) / 1e6)
-        packed = pack(readings)
-        for reading in packed.skipped:
-            self._report_nonfinite(reading)
-        if packed.count:
-            await self.publisher.publish(group.device_id, packed.payload, packed.count)
-            self.counters.readings += packed.count
+        by_device: dict[str, list[Reading]] = {}
+        for reading in readings:
+            by_device.setdefault(reading.device_id, []).append(reading)
+        for device_id, device_readings in by_device.items():
+            packed = pack(device_readings)
+            for reading in packed.skipped:
+                self._report_nonfinite(reading)
+            if packed.count:
+                await self.publisher.publish(device_id, packed.payload, packed.count)
+                self.counters.readings += packed.count
 
     async def _poll(self, group: Group, timestamp: int, timeout: float) -> list[Reading]:
         """Poll every member at once; what is not back within `timeout` s is cancelled."""
-        tasks = [asyncio.create_task(plugin.poll(timestamp)) for _, plugin in group.members]
+        tasks = [asyncio.create_task(plugin.poll(timestamp)) for plugin in group.members]
         try:
             _, pending = await asyncio.wait(tasks, timeout=timeout)
         except asyncio.CancelledError:  # shutdown: the polls go with their tick
@@ -151,39 +168,34 @@ class Runtime:
                 task.cancel()
             raise
         readings: list[Reading] = []
-        for (entry, _), task in zip(group.members, tasks, strict=True):
+        for plugin, task in zip(group.members, tasks, strict=True):
             if task in pending:
                 task.cancel()
                 self.counters.poll_timeouts += 1
-                self._failed(entry, f"no answer within {timeout * 1000:.0f} ms, poll cancelled")
+                self._failed(plugin, f"no answer within {timeout * 1000:.0f} ms, poll cancelled")
             elif task.cancelled() or task.exception() is not None:
                 self.counters.poll_errors += 1
-                error = "cancelled" if task.cancelled() else repr(task.exception())
-                self._failed(entry, error)
+                exc = None if task.cancelled() else task.exception()
+                self._failed(plugin, f"{type(exc).__name__}: {exc}" if exc else "cancelled")
             else:
                 readings.extend(task.result())
-                self._recovered(entry)
+                self._recovered(plugin)
         return readings
 
-    def _failed(self, entry: DeviceEntry, error: str) -> None:
-        """Log a failing entry once, when it starts failing; the stats line counts repeats."""
-        key = (entry.device_id, entry.name)
-        if key not in self.counters.failing:
-            self.counters.failing.add(key)
+    def _failed(self, plugin: Plugin, error: str) -> None:
+        """Log a failing poll once, when it starts failing; the stats line counts repeats."""
+        if id(plugin) not in self.counters.failing:
+            self.counters.failing.add(id(plugin))
             log.error(
-                "poll failed: device_id=%s url=%s name=%s: %s (no readings until it "
-                "recovers; repeats are only counted)",
-                entry.device_id,
-                entry.url,
-                entry.name,
+                "poll failed: %s: %s (no readings until it recovers; repeats are only counted)",
+                _describe(plugin),
                 error,
             )
 
-    def _recovered(self, entry: DeviceEntry) -> None:
-        key = (entry.device_id, entry.name)
-        if key in self.counters.failing:
-            self.counters.failing.discard(key)
-            log.info("poll recovered: device_id=%s url=%s", entry.device_id, entry.url)
+    def _recovered(self, plugin: Plugin) -> None:
+        if id(plugin) in self.counters.failing:
+            self.counters.failing.discard(id(plugin))
+            log.info("poll recovered: %s", _describe(plugin))
 
     def _report_nonfinite(self, reading: Reading) -> None:
         """Count every non-finite value; log the first one of each metric."""
@@ -215,11 +227,14 @@ class Runtime:
             totals = self._totals()
             delta = {key: totals[key] - before[key] for key in totals}
             before = totals
+            lateness = sorted(self.counters.lateness_us)
+            self.counters.lateness_us.clear()
+            p99 = lateness[int(len(lateness) * 0.99)] / 1000 if lateness else 0.0
             log.info(
                 "last %.0f s: %.1f readings/s; %d messages delivered, %d delivery failures "
                 "(%d readings lost), %d queue-full waits; %d poll errors, %d poll timeouts, "
-                "%d missed ticks, %d non-finite values; now %d entries failing, "
-                "%d messages awaiting delivery",
+                "%d missed ticks, %d values skipped, %d non-finite values; tick lateness "
+                "p99 %.1f ms; now %d polls failing, %d messages awaiting delivery",
                 interval,
                 delta["readings"] / interval,
                 delta["messages_delivered"],
@@ -229,15 +244,25 @@ class Runtime:
                 delta["poll_errors"],
                 delta["poll_timeouts"],
                 delta["missed_ticks"],
+                delta["skipped_values"],
                 delta["nonfinite_values"],
+                p99,
                 len(self.counters.failing),
                 self.publisher.undelivered(),
             )
 
     def _totals(self) -> dict[str, int]:
         counters = asdict(self.counters)
-        del counters["failing"]
+        del counters["failing"], counters["lateness_us"]
+        counters["skipped_values"] = self.skips.count
         return {**counters, **asdict(self.publisher.counters)}
+
+
+def _describe(plugin: Plugin) -> str:
+    """How the log names a plugin instance: its device(s), URL and metric name(s)."""
+    first = plugin.entries[0]
+    more = f" and {len(plugin.entries) - 1} more entries" if len(plugin.entries) > 1 else ""
+    return f"device_id={first.device_id} url={first.url} name={first.name}{more}"
 
 
 async def run_producers(settings: ProducerSettings, entries: Sequence[DeviceEntry]) -> int:
@@ -247,6 +272,9 @@ async def run_producers(settings: ProducerSettings, entries: Sequence[DeviceEntr
     starts a fresh one.
     """
     groups = build_groups(entries)
+    optional = sum(entry.optional for entry in entries)
+    if optional:
+        log.info("%d optional entries are not polled (on-demand metrics)", optional)
     publisher = Publisher(settings)
     runtime = Runtime(groups, publisher, settings)
     stop = asyncio.Event()

@@ -1,14 +1,18 @@
 """The contract between the runtime and a protocol plugin.
 
-A plugin instance serves one device entry. The runtime builds it once with `from_entry`
-(which validates the URL and its options, without any I/O), calls `poll` once per tick with
-the tick's timestamp, and `close` on shutdown. `poll` must be cancellable: the runtime
-cancels a poll that overruns its share of the period.
+A plugin instance polls a batch of device entries: by default one entry (`tester://`), or
+every entry one request can serve (all OIDs of one SNMP agent, all sensors of one BMC). The
+runtime groups the entries of a devices file by (plugin, `batch_key`, period), builds the
+instances of each group once with `build` (which validates without any I/O), calls `poll`
+on every instance once per tick with the tick's timestamp, and `close` on shutdown. `poll`
+must be cancellable: the runtime cancels a poll that overruns its share of the period.
 """
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
+from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING, ClassVar, Self, TypeVar
 from urllib.parse import parse_qsl, urlsplit
 
@@ -21,18 +25,56 @@ if TYPE_CHECKING:
 Options = TypeVar("Options", bound=BaseModel)
 
 
+class Skips:
+    """Counts values a poll had to leave out; logs the first skip of each (device, what)."""
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self.logger = logger
+        self.count = 0
+        self._seen: set[tuple[str, str]] = set()
+
+    def skip(self, device_id: str, what: str, reason: str) -> None:
+        self.count += 1
+        if (device_id, what) not in self._seen:
+            self._seen.add((device_id, what))
+            self.logger.warning(
+                "device_id=%s %s: %s; skipped (repeats are only counted)", device_id, what, reason
+            )
+
+
 class Plugin(ABC):
     scheme: ClassVar[str]
     """The URL scheme the registry maps to this plugin, e.g. `tester` for `tester://`."""
 
+    entries: tuple[DeviceEntry, ...]
+    """The entries this instance polls (the runtime reports failures against them)."""
+
+    skips: Skips = Skips(logging.getLogger("producers.plugins"))
+    """Where a poll reports the values it left out; the runtime gives every instance its own
+    counter (this shared one serves plugins used alone, as in tests)."""
+
     @classmethod
     @abstractmethod
-    def from_entry(cls, entry: DeviceEntry) -> Self:
-        """Build the plugin for `entry`; raise ValueError naming what is wrong with it."""
+    def check(cls, entry: DeviceEntry) -> None:
+        """Raise ValueError naming what is wrong with `entry` (URL, options); no I/O."""
+
+    @classmethod
+    def batch_key(cls, entry: DeviceEntry) -> Hashable:
+        """Entries with equal keys (and periods) may be polled by one instance."""
+        return entry.device_id
+
+    @classmethod
+    @abstractmethod
+    def build(cls, entries: Sequence[DeviceEntry]) -> list[Self]:
+        """The instances polling `entries` (checked entries of one batch key and period)."""
 
     @abstractmethod
     async def poll(self, timestamp_us: int) -> list[Reading]:
-        """Read the device now; every reading carries `timestamp_us`."""
+        """Read the device(s) now; every reading carries `timestamp_us`.
+
+        Raise when nothing could be read. Values that could not be read while others
+        were (a missing OID, an unreadable sensor) are left out and reported through
+        `Skips`."""
 
     async def close(self) -> None:  # noqa: B027 (optional hook, nothing to release by default)
         """Release connections and sessions."""
@@ -46,6 +88,11 @@ def url_options(url: str, model: type[Options]) -> Options:
         if key in options:
             raise ValueError(f"option {key!r} is given twice")
         options[key] = value
+    return validated(options, model)
+
+
+def validated(options: object, model: type[Options]) -> Options:
+    """`options` validated against `model`; ValueError naming each problem."""
     try:
         return model.model_validate(options)
     except ValidationError as exc:

@@ -119,7 +119,7 @@ def test_every_bad_entry_is_reported_at_once(tmp_path: Path) -> None:
     assert str(raised.value).splitlines() == [
         f"{path} entry 3 (line 10): Input should be a valid dictionary or instance of DeviceEntry",
         f"{path} entry 4 (line 11, device_id=node-2): name: tester_value of node-2 with these "
-        "labels is already defined by entry 2",
+        "labels is already defined by devices.yaml entry 2",
     ]
 
 
@@ -139,9 +139,9 @@ def test_same_name_with_other_labels_is_another_series(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "error"),
     [
-        ("", "expected a non-empty list of device entries"),
-        ("[]\n", "expected a non-empty list of device entries"),
-        ("name: tester_value\n", "expected a non-empty list of device entries"),
+        ("", "no device entries"),
+        ("[]\n", "no device entries"),
+        ("42\n", "expected a list of device entries or one entry"),
         ("- {name: [\n", "not valid YAML"),
     ],
 )
@@ -149,6 +149,30 @@ def test_file_that_is_not_a_list_of_entries(tmp_path: Path, text: str, error: st
     path = write(tmp_path, text)
     with pytest.raises(ConfigError, match=f"^{path}: {error}"):
         load_devices(path)
+
+
+def test_kwollect_metrics_dir_loads_as_it_is(tmp_path: Path) -> None:
+    """Kwollect's `metrics_dir`: files holding a list, one mapping, or nothing; its
+    defaults (update_every 10 s, optional false) and fields (scale_factor) apply."""
+    (tmp_path / "a.yaml").write_text(
+        "- {name: m1, device_id: node-1, url: 'tester://', scale_factor: 0.1}\n"
+        "- {name: m2, device_id: node-1, url: 'tester://', update_every: 500, optional: true}\n"
+    )
+    (tmp_path / "b.yml").write_text("name: m3\ndevice_id: node-2\nurl: tester://\n")
+    (tmp_path / "empty.yaml").write_text("")
+    entries = load_devices(tmp_path)
+    assert [(e.name, e.update_every, e.optional, e.scale_factor) for e in entries] == [
+        ("m1", 10_000, False, 0.1),
+        ("m2", 500, True, None),
+        ("m3", 10_000, False, None),
+    ]
+
+
+def test_errors_of_a_directory_name_their_file(tmp_path: Path) -> None:
+    (tmp_path / "good.yaml").write_text("name: m1\ndevice_id: node-1\nurl: tester://\n")
+    (tmp_path / "bad.yaml").write_text("- {name: m1, device_id: node-2, url: 'nope://'}\n")
+    with pytest.raises(ConfigError, match=r"bad\.yaml entry 1 \(line 1, device_id=node-2\): url"):
+        load_devices(tmp_path)
 
 
 @pytest.mark.parametrize(

@@ -39,11 +39,20 @@ def test_entries_are_grouped_by_device_and_period() -> None:
         entry("node-1", "c", 200),
     ]
     groups = build_groups(entries)
-    assert [(g.device_id, g.update_every_ms, [e.name for e, _ in g.members]) for g in groups] == [
+    assert [
+        (g.name, g.update_every_ms, [e.name for m in g.members for e in m.entries]) for g in groups
+    ] == [
         ("node-1", 1000, ["a", "b"]),
         ("node-2", 1000, ["a"]),
         ("node-1", 200, ["c"]),
     ]
+
+
+def test_optional_entries_are_not_polled() -> None:
+    """Kwollect's on-demand metrics wait for a promotion, which nothing sends yet."""
+    optional = DeviceEntry(name="o", device_id="node-1", url="tester://", optional=True)
+    groups = build_groups([entry("node-1", "a", 1000), optional])
+    assert [e.name for g in groups for m in g.members for e in m.entries] == ["a"]
 
 
 class SlowPublisher:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import math
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Self
@@ -75,20 +76,31 @@ class TesterPlugin(Plugin):
     scheme = "tester"
 
     def __init__(self, entry: DeviceEntry, options: TesterOptions) -> None:
+        self.entries = (entry,)
         self.device_id = entry.device_id
         self.labels = dict(entry.labels)
         self.options = options
+        self.scale = entry.scale_factor or 1.0
         self._metrics = [
             (metric_id, *_shape(entry.device_id, metric_id))
             for metric_id in metric_ids(entry.name, options.metrics)
         ]
 
     @classmethod
-    def from_entry(cls, entry: DeviceEntry) -> Self:
+    def check(cls, entry: DeviceEntry) -> None:
+        cls._options(entry)
+
+    @classmethod
+    def build(cls, entries: Sequence[DeviceEntry]) -> list[Self]:
+        """One instance per entry: a hanging entry never holds up the others."""
+        return [cls(entry, cls._options(entry)) for entry in entries]
+
+    @staticmethod
+    def _options(entry: DeviceEntry) -> TesterOptions:
         parts = urlsplit(entry.url)
         if parts.netloc or parts.path:
             raise ValueError("tester:// takes no host or path, only ?options")
-        return cls(entry, url_options(entry.url, TesterOptions))
+        return url_options(entry.url, TesterOptions)
 
     async def poll(self, timestamp_us: int) -> list[Reading]:
         if self.options.fail:
@@ -103,7 +115,7 @@ class TesterPlugin(Plugin):
                 timestamp_us,
                 self.device_id,
                 metric_id,
-                _value_at(base, phase, timestamp_us),
+                _value_at(base, phase, timestamp_us) * self.scale,
                 self.labels,
             )
             for metric_id, base, phase in self._metrics

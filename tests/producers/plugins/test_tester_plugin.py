@@ -22,7 +22,7 @@ def build(
     entry = DeviceEntry(
         name=name, device_id="node-7", url=url, update_every=1000, labels=labels or {}
     )
-    plugin = plugin_for(url).from_entry(entry)
+    (plugin,) = plugin_for(url).build([entry])
     assert isinstance(plugin, tester.TesterPlugin)
     return plugin
 
