@@ -20,11 +20,9 @@ help:
 	@echo "make lint      ruff"
 	@echo "make reset     stop everything and delete state/ (all data)"
 
-# Java and Maven run the Kafka broker; installed from Debian's packages when missing.
+# Debian packages: Java and Maven (Kafka), snmpd, openipmi, freeipmi-tools (see the script).
 system-deps:
-	@command -v java >/dev/null && command -v mvn >/dev/null || { \
-	  echo "installing Java and Maven"; apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq default-jre-headless maven; }
+	@sh stack/install-system-deps.sh
 
 $(STAMP): requirements.txt
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \

@@ -9,9 +9,10 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 from producers.plugins.base import Plugin
+from producers.plugins.snmp.plugin import SnmpPlugin
 from producers.plugins.tester.plugin import TesterPlugin
 
-_PLUGINS: tuple[type[Plugin], ...] = (TesterPlugin,)
+_PLUGINS: tuple[type[Plugin], ...] = (SnmpPlugin, TesterPlugin)
 PLUGINS: dict[str, type[Plugin]] = {plugin.scheme: plugin for plugin in _PLUGINS}
 
 

@@ -1,0 +1,27 @@
+#!/bin/sh
+# Install the Debian packages `make up` and `make test` need, when missing (idempotent):
+#   Java + Maven         run the Kafka broker
+#   snmpd, snmp          a real SNMP agent (v2c and v3) and its command-line tools
+#   openipmi, ipmitool   ipmi_sim, a real IPMI 2.0 BMC on LAN (lanplus), and its client
+#   freeipmi-tools       ipmi-sensors, which the IPMI plugin runs (as Kwollect does)
+#   python3-venv/-gdbm   the separate venv of snmpsim (stack/simulators/snmpsim.py)
+set -eu
+
+need=""
+have() { command -v "$1" >/dev/null 2>&1; }
+have java || need="$need default-jre-headless"
+have mvn || need="$need maven"
+[ -x /usr/sbin/snmpd ] || need="$need snmpd"
+have snmpget || need="$need snmp"
+have ipmi_sim || need="$need openipmi"
+have ipmitool || need="$need ipmitool"
+[ -x /usr/sbin/ipmi-sensors ] || have ipmi-sensors || need="$need freeipmi-tools"
+/usr/bin/python3 -c 'import dbm.gnu, venv, ensurepip' 2>/dev/null || need="$need python3-venv python3-gdbm"
+
+[ -z "$need" ] && exit 0
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+echo "installing Debian packages:$need"
+$SUDO apt-get update -qq
+# shellcheck disable=SC2086
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $need
