@@ -1,0 +1,53 @@
+"""Real SNMP agents for the plugin tests: snmpsim serving the recorded devices of
+stack/simulators/snmp/, and Net-SNMP snmpd (SNMPv3 user, a second agent to pause)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from stack.config import REPO_ROOT
+from stack.simulators.snmpd import Snmpd, V3User
+from stack.simulators.snmpsim import SnmpSim
+
+SHIFT = int(os.environ.get("JOBSCOPE_TEST_PORT_SHIFT", "0"))
+V3 = V3User("jobscope", "SHA", "test-auth-pass", "AES", "test-priv-pass")
+
+
+@pytest.fixture(scope="session")
+def agents_dir() -> Iterator[Path]:
+    state = REPO_ROOT / "state" / f"test-agents-{19161 + SHIFT}"
+    shutil.rmtree(state, ignore_errors=True)
+    state.mkdir(parents=True)
+    yield state
+
+
+@pytest.fixture(scope="session")
+def snmpsim(agents_dir: Path) -> Iterator[SnmpSim]:
+    """The recorded PDUs and switch: one community per device, on one UDP port."""
+    sim = SnmpSim(agents_dir, port=19161 + SHIFT)
+    sim.start()
+    yield sim
+    sim.stop()
+
+
+@pytest.fixture(scope="session")
+def snmpd(agents_dir: Path) -> Iterator[Snmpd]:
+    """snmpd with community `public` and the v3 user V3 (authPriv, SHA + AES)."""
+    agent = Snmpd(agents_dir / "snmpd-1", "127.0.0.1", 19162 + SHIFT, v3_users=[V3])
+    agent.start()
+    yield agent
+    agent.stop()
+
+
+@pytest.fixture
+def second_snmpd(agents_dir: Path) -> Iterator[Snmpd]:
+    """Another agent, for a test to pause (a device that stops answering)."""
+    agent = Snmpd(agents_dir / "snmpd-2", "127.0.0.1", 19163 + SHIFT)
+    agent.start()
+    yield agent
+    agent.stop()
