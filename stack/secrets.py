@@ -13,6 +13,10 @@ NAMES = (
     # API tokens (Authorization: Bearer ...): every role, and the scheduler's (writes jobs).
     "JOBSCOPE_ADMIN_TOKEN",
     "JOBSCOPE_SCHEDULER_TOKEN",
+    # The simulated devices of `make up DEVICES=sample` (SNMPv3 user, BMC): their passwords.
+    "JOBSCOPE_SNMP_AUTH_PASSWORD",
+    "JOBSCOPE_SNMP_PRIV_PASSWORD",
+    "JOBSCOPE_IPMI_PASSWORD",
 )
 
 
