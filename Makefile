@@ -8,11 +8,16 @@ BENCH_STAMP := $(VENV)/.bench-installed-$(shell sha256sum bench/requirements.txt
 PYTEST_ARGS ?=
 QUICK ?=
 ONLY ?=
+# `make up DEVICES=sample`: the SNMP and IPMI samples against simulated devices it starts;
+# `make up DEVICES=path`: a devices file or directory (e.g. Kwollect's metrics.d); default: demo.
+DEVICES ?=
+DEVICES_ENV := $(if $(filter sample,$(DEVICES)),JOBSCOPE_DEVICES_FILE=$(CURDIR)/producers/config/sample JOBSCOPE_SIMULATORS=true,$(if $(DEVICES),JOBSCOPE_DEVICES_FILE=$(abspath $(DEVICES)),))
 
 .PHONY: help up down status test test-fast lint format bench system-deps venv reset
 
 help:
 	@echo "make up        start Kafka, ClickHouse, producers (demo fleet) and the API"
+	@echo "               DEVICES=sample: SNMP + IPMI samples on simulated devices; DEVICES=path: yours"
 	@echo "make down      stop them (data kept in state/)"
 	@echo "make status    what runs, where it listens, where it logs"
 	@echo "make test      the whole test suite against real components"
@@ -34,13 +39,13 @@ $(STAMP): requirements.txt
 venv: $(STAMP)
 
 up: system-deps venv
-	$(PY) -m stack up
+	$(DEVICES_ENV) $(PY) -m stack up
 
 down:
 	@if [ -x $(PY) ]; then $(PY) -m stack down; else echo "nothing to stop"; fi
 
 status: venv
-	$(PY) -m stack status
+	$(DEVICES_ENV) $(PY) -m stack status
 
 test: system-deps venv
 	$(PY) -m pytest $(PYTEST_ARGS)

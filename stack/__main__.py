@@ -15,6 +15,7 @@ def up(settings: StackSettings) -> None:
     steps = (
         ("Kafka broker", services.start_kafka),
         ("ClickHouse server + schema", services.start_clickhouse),
+        *((("simulated devices", services.start_simulators),) if settings.simulators else ()),
         ("producers", services.start_producers),
         ("API", services.start_api),
     )
@@ -36,12 +37,15 @@ def status(settings: StackSettings) -> bool:
         "kafka": f"kafka://{settings.kafka_bootstrap} (topics readings, jobs, ondemand)",
         "clickhouse": f"{settings.clickhouse_url} (HTTP interface; users jobscope, reader)",
         "producers": f"polling {settings.devices_file.name} -> topic readings",
+        "simulators": "snmpsim 127.0.0.1:11161, snmpd (v3) :11162, ipmi_sim :11623 (udp)",
         "api": f"{settings.api_url} (REST; /docs, /health)",
     }
     all_running = True
     for name in reversed(services.STOP_ORDER):
         proc = services.process(settings, name)
         pid = proc.pid()
+        if name == "simulators" and not (pid or settings.simulators):
+            continue
         all_running &= pid is not None
         state = f"pid {pid}" if pid else "stopped"
         print(f"  {name:<11} {state:<11} {where[name]}\n  {'':<11} {'':<11} log: {proc.log_file}")

@@ -26,6 +26,11 @@ class StackSettings(BaseSettings):
         REPO_ROOT / "producers" / "config" / "demo.yaml",
         description="device configuration the demo producer polls",
     )
+    simulators: bool = Field(
+        False,
+        description="also run the simulated SNMP and IPMI devices the sample devices files "
+        "poll (`make up DEVICES=sample`)",
+    )
     retention_days: int = Field(
         90,
         ge=1,

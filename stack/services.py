@@ -122,6 +122,29 @@ def start_producers(
     return proc
 
 
+def start_simulators(settings: StackSettings, timeout: float = 300.0) -> None:
+    """The simulated devices (stack/simulators), when `settings.simulators` asks for them.
+    The first start builds snmpsim's own venv (cached for later starts)."""
+    if not settings.simulators:
+        return
+    ready = simulators_ready_file(settings)
+    ready.unlink(missing_ok=True)
+    proc = process(settings, "simulators")
+    proc.start(
+        [sys.executable, "-m", "stack.simulators"], env=component_env(settings), cwd=REPO_ROOT
+    )
+    wait_until(
+        lambda: ready.exists() or not proc.is_running(), timeout, "the simulated devices", 0.5
+    )
+    if not proc.is_running():
+        raise RuntimeError(f"the simulated devices did not start: see {proc.log_file}")
+
+
+def simulators_ready_file(settings: StackSettings) -> Path:
+    """Exists while every simulated device answers (written by stack.simulators)."""
+    return settings.state_dir / "simulators" / "ready"
+
+
 def start_api(settings: StackSettings, timeout: float = 60.0) -> None:
     process(settings, "api").start(
         [sys.executable, "-m", "api"],
@@ -135,7 +158,7 @@ def start_api(settings: StackSettings, timeout: float = 60.0) -> None:
 
 
 # Stop order: readers and writers first, the broker last.
-STOP_ORDER = ("api", "producers", "clickhouse", "kafka")
+STOP_ORDER = ("api", "producers", "simulators", "clickhouse", "kafka")
 
 
 def stop_all(settings: StackSettings, drain_timeout: float = 15.0) -> list[str]:
@@ -147,7 +170,7 @@ def stop_all(settings: StackSettings, drain_timeout: float = 15.0) -> list[str]:
     known = {p.stem for p in settings.pid_dir.glob("*.pid")} if settings.pid_dir.exists() else set()
     extra = sorted(known - set(STOP_ORDER))
     stopped = []
-    for name in ("api", *extra, "producers", "clickhouse", "kafka"):
+    for name in ("api", *extra, "producers", "simulators", "clickhouse", "kafka"):
         proc = process(settings, name)
         if name == "clickhouse" and proc.is_running() and process(settings, "kafka").is_running():
             _drain_readings(settings, drain_timeout)

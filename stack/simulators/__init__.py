@@ -1,0 +1,1 @@
+"""Real device simulators (SNMP agents, BMCs) for tests, benchmarks and `make up`."""

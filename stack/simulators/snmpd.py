@@ -1,0 +1,303 @@
+"""A real SNMP agent for tests, benchmarks and `make up`: Debian's Net-SNMP `snmpd`.
+
+    agent = Snmpd(state_dir / "agent-1", "127.0.0.2", 161,
+                  v3_users=[V3User("alice", "SHA-256", "alice-auth", "AES", "alice-priv")])
+    agent.start()      # writes its config, starts `snmpd -f`, waits until it answers a GET
+    agent.pause()      # SIGSTOP: a device that stops answering (requests time out)
+    agent.resume()     # SIGCONT: it answers again
+    agent.stop()
+
+The agent serves the host's own MIBs (system, IF-MIB of the host's interfaces, HOST-RESOURCES,
+UCD-SNMP: load, memory, CPU counters...) read-only: SNMPv2c with `community` and SNMPv3 with
+each of `v3_users` (authPriv). One process may listen on several endpoints (`also_listen`):
+each endpoint looks like a device of its own to a client, which is how a benchmark puts
+hundreds of "devices" on a few processes. Every address of 127.0.0.0/8 is loopback on Linux,
+so distinct devices on the standard port 161 are 127.0.0.2:161, 127.0.0.3:161... (ports
+below 1024 need root).
+
+Files, all under `state_dir` (one folder per agent): `snmpd.conf` (rewritten by every
+`start`), `persistent/` (SNMP_PERSISTENT_DIR: engine boots, USM keys; kept across restarts,
+and never the folder holding the config, which snmpd would overwrite on shutdown),
+`snmpd.pid` and `snmpd.log` (appended to).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import secrets
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+SNMPD = "/usr/sbin/snmpd"
+SYS_UPTIME = "1.3.6.1.2.1.1.3.0"
+AUTH_PROTOCOLS = ("MD5", "SHA", "SHA-224", "SHA-256", "SHA-384", "SHA-512")
+PRIV_PROTOCOLS = ("DES", "AES", "AES-192", "AES-256")
+_TOKEN = re.compile(r"^[A-Za-z0-9_.@%+=:,/-]+$")  # safe in snmpd.conf without quoting
+
+
+@dataclass(frozen=True)
+class V3User:
+    """An SNMPv3 USM user with authentication and privacy (authPriv), read-only.
+
+    Passphrases need at least 8 characters (RFC 3414); AES is AES-128.
+    """
+
+    name: str
+    auth_protocol: str  # MD5, SHA, SHA-224, SHA-256, SHA-384, SHA-512
+    auth_pass: str
+    priv_protocol: str  # DES, AES, AES-192, AES-256
+    priv_pass: str
+
+    def check(self) -> None:
+        if not _TOKEN.match(self.name):
+            raise ValueError(f"SNMPv3 user name {self.name!r}: letters, digits, _.@%+=:,/- only")
+        if self.auth_protocol not in AUTH_PROTOCOLS:
+            raise ValueError(
+                f"{self.name}: auth protocol {self.auth_protocol!r} not in {AUTH_PROTOCOLS}"
+            )
+        if self.priv_protocol not in PRIV_PROTOCOLS:
+            raise ValueError(
+                f"{self.name}: priv protocol {self.priv_protocol!r} not in {PRIV_PROTOCOLS}"
+            )
+        for what, phrase in (("auth", self.auth_pass), ("priv", self.priv_pass)):
+            if len(phrase) < 8 or not _TOKEN.match(phrase):
+                raise ValueError(
+                    f"{self.name}: {what} passphrase needs 8+ characters among "
+                    "letters, digits, _.@%+=:,/-"
+                )
+
+
+class Snmpd:
+    """One `snmpd` process answering on `address:port` (and on `also_listen` endpoints)."""
+
+    def __init__(
+        self,
+        state_dir: Path,
+        address: str,
+        port: int,
+        community: str = "public",
+        v3_users: Sequence[V3User] = (),
+        also_listen: Sequence[tuple[str, int]] = (),
+        snmpd: str = SNMPD,
+    ) -> None:
+        if not _TOKEN.match(community):
+            raise ValueError(f"community {community!r}: letters, digits, _.@%+=:,/- only")
+        for user in v3_users:
+            user.check()
+        self.state_dir = Path(state_dir).resolve()
+        self.address = address
+        self.port = port
+        self.community = community
+        self.v3_users = tuple(v3_users)
+        self.endpoints: tuple[tuple[str, int], ...] = ((address, port), *also_listen)
+        self.snmpd = snmpd
+        self.config_file = self.state_dir / "snmpd.conf"
+        self.persistent_dir = self.state_dir / "persistent"
+        self.pid_file = self.state_dir / "snmpd.pid"
+        self.log_file = self.state_dir / "snmpd.log"
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._paused = False
+
+    def __repr__(self) -> str:
+        return f"Snmpd({self.address}:{self.port}, pid={self.pid})"
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    @property
+    def pid(self) -> int | None:
+        """The agent's process id while it runs (paused included), else None."""
+        if self._proc is None or self._proc.poll() is not None:
+            return None
+        return self._proc.pid
+
+    @property
+    def paused(self) -> bool:
+        return self._paused and self.pid is not None
+
+    def config_text(self) -> str:
+        """The snmpd.conf `start` writes."""
+        listen = ",".join(_transport(host, port) for host, port in self.endpoints)
+        lines = [
+            "# written by stack/simulators/snmpd.py; rewritten at every start",
+            f"agentAddress {listen}",
+            "dontLogTCPWrappersConnects yes",  # no log line per request
+            f"rocommunity {self.community}",
+            f"rocommunity6 {self.community}",
+        ]
+        for user in self.v3_users:
+            lines += [
+                f"createUser {user.name} {user.auth_protocol} {user.auth_pass} "
+                f"{user.priv_protocol} {user.priv_pass}",
+                f"rouser {user.name} priv",
+            ]
+        return "\n".join(lines) + "\n"
+
+    def start(self, timeout: float = 15.0) -> None:
+        """Write the config, start `snmpd -f` and wait until it answers an SNMPv2c GET on
+        every endpoint. Raises RuntimeError (with the end of its log) if it exits or does
+        not answer within `timeout` seconds."""
+        if self.pid is not None:
+            return
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.persistent_dir.mkdir(exist_ok=True)
+        # USM keys are saved in the persistent dir at shutdown: drop them so that the
+        # `createUser` lines of this config (maybe other passphrases) are the only users.
+        saved = self.persistent_dir / "snmpd.conf"
+        if saved.exists():
+            kept = [ln for ln in saved.read_text().splitlines() if not ln.startswith("usmUser ")]
+            saved.write_text("\n".join(kept) + "\n")
+        self.config_file.write_text(self.config_text())
+        self.pid_file.unlink(missing_ok=True)
+        env = {**os.environ, "MIBS": "", "SNMP_PERSISTENT_DIR": str(self.persistent_dir)}
+        env.pop("SNMPCONFPATH", None)
+        with open(self.log_file, "ab") as log:
+            self._proc = subprocess.Popen(
+                [
+                    self.snmpd,
+                    "-f",  # foreground: this object owns the process
+                    "-Lo",  # log to stdout (the log file)
+                    "-C",  # read no default config file
+                    "-c",
+                    str(self.config_file),
+                    "-p",
+                    str(self.pid_file),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,  # a Ctrl-C in a terminal does not reach it
+            )
+        self._paused = False
+        deadline = time.monotonic() + timeout
+        pending = list(self.endpoints)
+        while pending:
+            if self._proc.poll() is not None:
+                raise RuntimeError(
+                    f"snmpd exited with status {self._proc.returncode}:\n{self.log_tail()}"
+                )
+            if probe(*pending[0], community=self.community, timeout=0.2):
+                pending.pop(0)
+                continue
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(
+                    f"snmpd did not answer on {pending[0][0]}:{pending[0][1]} within "
+                    f"{timeout:.0f} s:\n{self.log_tail()}"
+                )
+            time.sleep(0.05)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM (after SIGCONT if paused), SIGKILL after `timeout`; safe to call twice."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGCONT)
+                proc.terminate()
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout)
+        self._paused = False
+
+    def pause(self) -> None:
+        """SIGSTOP: the agent keeps its sockets but answers nothing (requests time out, and
+        datagrams queue up in the kernel until its receive buffer is full)."""
+        self._signal(signal.SIGSTOP)
+        self._paused = True
+
+    def resume(self) -> None:
+        """SIGCONT: the agent answers again (first what queued up while paused)."""
+        self._signal(signal.SIGCONT)
+        self._paused = False
+
+    def _signal(self, sig: int) -> None:
+        if self._proc is None or self._proc.poll() is not None:
+            raise RuntimeError(f"snmpd on {self.address}:{self.port} is not running")
+        self._proc.send_signal(sig)
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return "(no log)"
+
+    def __enter__(self) -> Snmpd:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def _transport(host: str, port: int) -> str:
+    return f"udp6:[{host}]:{port}" if ":" in host else f"udp:{host}:{port}"
+
+
+# -- a minimal SNMPv2c GET, to know when the agent answers (no client library needed) --------
+
+
+def _tlv(tag: int, content: bytes) -> bytes:
+    n = len(content)
+    if n < 0x80:
+        return bytes([tag, n]) + content
+    size = n.to_bytes((n.bit_length() + 7) // 8, "big")
+    return bytes([tag, 0x80 | len(size)]) + size + content
+
+
+def _integer(value: int) -> bytes:
+    return _tlv(0x02, value.to_bytes((value.bit_length() + 8) // 8, "big", signed=True))
+
+
+def _oid(dotted: str) -> bytes:
+    first, second, *rest = (int(part) for part in dotted.split("."))
+    body = bytearray([40 * first + second])
+    for arc in rest:
+        chunk = [arc & 0x7F]
+        while arc := arc >> 7:
+            chunk.append(0x80 | (arc & 0x7F))
+        body += bytes(reversed(chunk))
+    return _tlv(0x06, bytes(body))
+
+
+def get_request(community: str, request_id: int, oid: str = SYS_UPTIME) -> bytes:
+    """An SNMPv2c GetRequest datagram for one OID."""
+    varbind = _tlv(0x30, _oid(oid) + b"\x05\x00")
+    pdu = _tlv(0xA0, _integer(request_id) + _integer(0) + _integer(0) + _tlv(0x30, varbind))
+    return _tlv(0x30, _integer(1) + _tlv(0x04, community.encode()) + pdu)
+
+
+def probe(host: str, port: int, community: str = "public", timeout: float = 1.0) -> bool:
+    """True when an SNMPv2c GET of sysUpTime.0 on host:port gets a response in time."""
+    request_id = secrets.randbelow(1 << 30) + 1
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as sock:
+        sock.settimeout(timeout)
+        try:
+            sock.sendto(get_request(community, request_id), (host, port))
+            deadline = time.monotonic() + timeout
+            while (left := deadline - time.monotonic()) > 0:
+                sock.settimeout(left)
+                data = sock.recv(65535)
+                # a GetResponse (0xA2) carrying our request id
+                if b"\xa2" in data and _integer(request_id) in data:
+                    return True
+        except (TimeoutError, ConnectionRefusedError, OSError):
+            return False
+    return False
