@@ -37,7 +37,7 @@ def status(settings: StackSettings) -> bool:
         "kafka": f"kafka://{settings.kafka_bootstrap} (topics readings, jobs, ondemand)",
         "clickhouse": f"{settings.clickhouse_url} (HTTP interface; users jobscope, reader)",
         "producers": f"polling {settings.devices_file.name} -> topic readings",
-        "simulators": "snmpsim 127.0.0.1:11161, snmpd (v3) :11162, ipmi_sim :11623 (udp)",
+        "simulators": "snmpsim 127.0.0.1:11161, snmpd (v3) :11162, ipmi_sim :9001 (udp)",
         "api": f"{settings.api_url} (REST; /docs, /health)",
     }
     all_running = True

@@ -9,10 +9,11 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 from producers.plugins.base import Plugin
+from producers.plugins.ipmisensor.plugin import IpmiSensorPlugin
 from producers.plugins.snmp.plugin import SnmpPlugin
 from producers.plugins.tester.plugin import TesterPlugin
 
-_PLUGINS: tuple[type[Plugin], ...] = (SnmpPlugin, TesterPlugin)
+_PLUGINS: tuple[type[Plugin], ...] = (IpmiSensorPlugin, SnmpPlugin, TesterPlugin)
 PLUGINS: dict[str, type[Plugin]] = {plugin.scheme: plugin for plugin in _PLUGINS}
 
 

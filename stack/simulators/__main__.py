@@ -5,7 +5,7 @@ sample devices files point at, on loopback, with the passwords of state/secrets.
 
     snmpsim   127.0.0.1:11161/udp  the recorded PDUs and switch (community = device)
     snmpd     127.0.0.1:11162/udp  SNMPv3 user `jobscope` (authPriv, SHA + AES)
-    ipmi_sim  127.0.0.1:11623/udp  a BMC, user `jobscope` (IPMI 2.0 lanplus)
+    ipmi_sim  127.0.0.1:9001/udp   a Dell-style BMC, user `root` (IPMI 2.0 lanplus)
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ from stack.simulators.snmpsim import SnmpSim
 
 SNMPSIM_PORT = 11161
 SNMPD_PORT = 11162
-IPMI_PORT = 11623
-USER = "jobscope"
+IPMI_PORT = 9001
+SNMP_USER = "jobscope"
+IPMI_USER = "root"
 log = logging.getLogger("jobscope.simulators")
 
 
@@ -34,7 +35,7 @@ def main() -> int:
     passwords = secrets.load_or_create(settings.state_dir)
     folder = settings.state_dir / "simulators"
     v3 = V3User(
-        USER,
+        SNMP_USER,
         "SHA",
         passwords["JOBSCOPE_SNMP_AUTH_PASSWORD"],
         "AES",
@@ -44,7 +45,11 @@ def main() -> int:
         SnmpSim(folder, port=SNMPSIM_PORT, host=settings.host),
         Snmpd(folder / "snmpd", settings.host, SNMPD_PORT, v3_users=[v3]),
         IpmiSim(
-            folder / "ipmi", IPMI_PORT, USER, passwords["JOBSCOPE_IPMI_PASSWORD"], settings.host
+            folder / "ipmi",
+            IPMI_PORT,
+            IPMI_USER,
+            passwords["JOBSCOPE_IPMI_PASSWORD"],
+            settings.host,
         ),
     ]
     stop = threading.Event()

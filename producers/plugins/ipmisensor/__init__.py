@@ -1,0 +1,1 @@
+"""BMC sensors over IPMI with FreeIPMI's ipmi-sensors (see README.md)."""
