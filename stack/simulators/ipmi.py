@@ -99,10 +99,10 @@ class IpmiSim:
         console_port: int | None = None,
         ipmi_sim: str = IPMI_SIM,
     ) -> None:
-        for what, value, longest in (("user", user, 16), ("password", password, 20)):
+        for what, value, longest in (("user", user, 16), ("password", password, 16)):
             if not _TOKEN.match(value) or len(value) > longest:
                 raise ValueError(
-                    f"{what} {value!r}: 1-{longest} letters, digits or _.@%+=:,/- (IPMI 2.0)"
+                    f"{what} {value!r}: 1-{longest} letters, digits or _.@%+=:,/- (ipmi_sim)"
                 )
         self.state_dir = Path(state_dir).resolve()
         self.address = address

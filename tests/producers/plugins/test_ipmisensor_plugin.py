@@ -71,14 +71,14 @@ def build(entries: list[DeviceEntry]) -> ipmi.IpmiSensorPlugin:
 
 
 def test_sample_reads_values_names_labels_and_scale(bmcs: tuple[IpmiSim, IpmiSim]) -> None:
-    """The sample (pointed at the simulated BMC's port): one instance reads all 8 entries
-    of the BMC in one ipmi-sensors run; the Kwollect-form entry is its own batch."""
+    """The sample (pointed at the simulated BMC's port): one instance reads all 9 entries
+    of the BMC in one ipmi-sensors run; Kwollect's form (password in the URL) too."""
     port = bmcs[0].port
     text = SAMPLE.read_text().replace("127.0.0.1:9001", f"127.0.0.1:{port}")
-    (bmcs[0].state_dir / "devices.yaml").write_text(text.replace(":calvin@", f":{PASSWORD}@"))
+    (bmcs[0].state_dir / "devices.yaml").write_text(text)
     groups = build_groups(load_devices(bmcs[0].state_dir / "devices.yaml"))
-    assert [len(group.members) for group in groups] == [1, 1]
-    assert [len(group.members[0].entries) for group in groups] == [8, 1]
+    assert [len(group.members) for group in groups] == [1]
+    assert [len(group.members[0].entries) for group in groups] == [9]
     assert "s3cret" not in groups[0].name  # the log's name for the group
     plugin = groups[0].members[0]
     readings = asyncio.run(plugin.poll(1_795_288_158_123_456))
@@ -94,13 +94,17 @@ def test_sample_reads_values_names_labels_and_scale(bmcs: tuple[IpmiSim, IpmiSim
         ("node-1", "bmc_fan_speed_rpm", 7200.0, {"fan": "Fan1"}, ts),
         ("node-1", "bmc_fan_speed_rpm", 7320.0, {"fan": "Fan2"}, ts),
         ("node-1", "bmc_psu_current_milliamp", 1200.0, {"psu": "1"}, ts),
+        ("node-1", "bmc_psu_voltage_volt", 230.0, {"psu": "1"}, ts),
     ]
-    (volt,) = asyncio.run(groups[1].members[0].poll(ts))
-    assert (volt.metric_id, volt.value, volt.labels) == (
-        "bmc_psu_voltage_volt",
-        230.0,
-        {"psu": "1"},
+    kwollect_form = DeviceEntry(
+        name="bmc_psu_voltage_volt",
+        device_id="node-1",
+        url=f"ipmisensor://root:{PASSWORD}@127.0.0.1:{port}/Voltage 1",
+        options={"workarounds": ["opensesspriv"]},
     )
+    ((plugin,),) = [group.members for group in build_groups([kwollect_form])]
+    (volt,) = asyncio.run(plugin.poll(ts))
+    assert volt.value == 230.0
 
 
 def test_every_sensor_by_name_and_by_id_in_one_run(bmcs: tuple[IpmiSim, IpmiSim]) -> None:
