@@ -41,11 +41,12 @@ def status(settings: StackSettings) -> bool:
         "api": f"{settings.api_url} (REST; /docs, /health)",
     }
     all_running = True
-    for name in reversed(services.STOP_ORDER):
+    names = list(reversed(services.STOP_ORDER))
+    if settings.simulators or services.process(settings, "simulators").is_running():
+        names.insert(names.index("producers"), "simulators")  # an extra process of the stack
+    for name in names:
         proc = services.process(settings, name)
         pid = proc.pid()
-        if name == "simulators" and not (pid or settings.simulators):
-            continue
         all_running &= pid is not None
         state = f"pid {pid}" if pid else "stopped"
         print(f"  {name:<11} {state:<11} {where[name]}\n  {'':<11} {'':<11} log: {proc.log_file}")

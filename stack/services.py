@@ -158,7 +158,7 @@ def start_api(settings: StackSettings, timeout: float = 60.0) -> None:
 
 
 # Stop order: readers and writers first, the broker last.
-STOP_ORDER = ("api", "producers", "simulators", "clickhouse", "kafka")
+STOP_ORDER = ("api", "producers", "clickhouse", "kafka")
 
 
 def stop_all(settings: StackSettings, drain_timeout: float = 15.0) -> list[str]:
@@ -170,7 +170,7 @@ def stop_all(settings: StackSettings, drain_timeout: float = 15.0) -> list[str]:
     known = {p.stem for p in settings.pid_dir.glob("*.pid")} if settings.pid_dir.exists() else set()
     extra = sorted(known - set(STOP_ORDER))
     stopped = []
-    for name in ("api", *extra, "producers", "simulators", "clickhouse", "kafka"):
+    for name in ("api", *extra, "producers", "clickhouse", "kafka"):
         proc = process(settings, name)
         if name == "clickhouse" and proc.is_running() and process(settings, "kafka").is_running():
             _drain_readings(settings, drain_timeout)

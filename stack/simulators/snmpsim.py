@@ -143,6 +143,16 @@ def _make_world_readable(root: Path) -> None:
         path.chmod(mode | extra)
 
 
+def _run_dir(state_dir: Path) -> Path:
+    """Where the responder's data and cache live: `state_dir/snmpsim`, unless user nobody
+    could not reach it (a clone in a private folder): then a folder of the system's temporary
+    directory named after the state directory."""
+    if os.geteuid() != 0 or _others_can_reach(state_dir) is None:
+        return state_dir / "snmpsim"
+    digest = hashlib.sha256(str(state_dir).encode()).hexdigest()[:12]
+    return Path(tempfile.gettempdir()) / f"jobscope-snmpsim-{digest}"
+
+
 def _others_can_reach(path: Path) -> Path | None:
     """The first ancestor of `path` that other users cannot traverse, or None."""
     for parent in [*reversed(path.parents), path]:
@@ -220,7 +230,7 @@ class SnmpSim:
         self.port = port
         self.host = host
         self.venv = venv or default_venv_dir()
-        self.run_dir = self.state_dir / "snmpsim"
+        self.run_dir = _run_dir(self.state_dir.resolve())
         self.data_dir = self.run_dir / "data"
         self.cache_dir = self.run_dir / "cache"
         self.variation_dir = self.run_dir / "variation"
@@ -334,11 +344,6 @@ class SnmpSim:
         """A fresh copy of the data, the variation modules the data uses and an empty index
         cache, all usable by user nobody. (snmpsim loads every module of its variation
         directory; the redis and sql ones only log errors without their options.)"""
-        if os.geteuid() == 0 and (blocked := _others_can_reach(self.run_dir.parent)) is not None:
-            raise SnmpSimError(
-                f"user {PROCESS_USER} cannot traverse {blocked}: put the state directory "
-                f"({self.state_dir}) somewhere other users can read"
-            )
         shutil.rmtree(self.run_dir, ignore_errors=True)
         self.data_dir.mkdir(parents=True)
         self.cache_dir.mkdir()
