@@ -7,12 +7,14 @@ root. Every server it starts lives under state/bench/ and is stopped before it e
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import sys
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from bench import report
 from bench.dataset import START, load_or_generate
@@ -31,6 +33,9 @@ SYSTEMS: dict[str, Callable[[Path], System]] = {
     "postgres": Postgres,
 }
 ONLY_STEPS = ("freshness", "api", "drain")  # jobscope's extra measurements (--only)
+# Producers' polling benchmarks (bench/polling/<step>.py), after the storage part; with --only
+# naming nothing else, the storage part (data set, systems' load) is skipped.
+POLLING_STEPS = ("snmp", "ipmi")
 log = logging.getLogger("bench")
 
 
@@ -52,7 +57,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--only",
         default=None,
         help="comma-separated jobscope measurements to run alone after the load (no storage, "
-        "query shapes or integer variant): " + ", ".join(ONLY_STEPS),
+        "query shapes or integer variant): " + ", ".join(ONLY_STEPS) + "; and/or polling "
+        "benchmarks alone (no data set, no load): " + ", ".join(POLLING_STEPS),
     )
     parser.add_argument(
         "--state-dir",
@@ -81,9 +87,11 @@ def main(argv: list[str] | None = None) -> int:
     only = None
     if args.only is not None:
         only = frozenset(s.strip() for s in args.only.split(",") if s.strip())
-        if not only or only - set(ONLY_STEPS):
-            log.error("--only takes some of: %s", ", ".join(ONLY_STEPS))
+        if not only or only - set(ONLY_STEPS) - set(POLLING_STEPS):
+            log.error("--only takes some of: %s", ", ".join(ONLY_STEPS + POLLING_STEPS))
             return 2
+    storage_only = only & set(ONLY_STEPS) if only else None
+    polling = [s for s in POLLING_STEPS if only is None or s in only]
     systems_arg = args.systems or ("jobscope" if only else ",".join(SYSTEMS))
     chosen = [s.strip() for s in systems_arg.split(",") if s.strip()]
     unknown = set(chosen) - set(SYSTEMS)
@@ -93,25 +101,45 @@ def main(argv: list[str] | None = None) -> int:
     profile = QUICK if args.quick else FULL
     state = args.state_dir.resolve()
 
+    polling_only = only is not None and not storage_only
     with LoadSampler() as machine:
-        started = time.monotonic()
-        data = load_or_generate(profile.spec(), state / "data")
-        data_int = load_or_generate(profile.spec(integer=True), state / "data")
-        prepare_s = time.monotonic() - started
-        log.info("data: %s (ready in %.1f s)", data.spec.describe(), prepare_s)
-        systems = run_all(
-            {k: SYSTEMS[k] for k in chosen},
-            state / "runs",
-            data,
-            data_int,
-            profile,
-            args.quick,
-            only,
-        )
+        if not polling_only:
+            started = time.monotonic()
+            data = load_or_generate(profile.spec(), state / "data")
+            data_int = load_or_generate(profile.spec(integer=True), state / "data")
+            prepare_s = time.monotonic() - started
+            log.info("data: %s (ready in %.1f s)", data.spec.describe(), prepare_s)
+            systems = run_all(
+                {k: SYSTEMS[k] for k in chosen},
+                state / "runs",
+                data,
+                data_int,
+                profile,
+                args.quick,
+                storage_only,
+            )
+        polled, polling_errors = run_polling(polling, state / "polling", args.quick)
 
+    out = args.out_dir.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    if polling_only:
+        assert only is not None
+        results: dict[str, Any] = {
+            "profile": profile.name,
+            "only": sorted(only),
+            **polled,
+            "machine": machine.summary(),
+            "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "errors": polling_errors,
+        }
+        report.write_json(out / "bench-results.json", results)
+        print(report.polling_markdown(results))
+        print(f"\nWrote {out / 'bench-results.json'}.")
+        return 1 if results["errors"] else 0
     results = report.flatten(
         systems,
         {
+            **polled,
             "profile": profile.name,
             "only": sorted(only) if only else None,
             "dataset": {
@@ -129,13 +157,42 @@ def main(argv: list[str] | None = None) -> int:
             "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
         },
     )
-    out = args.out_dir.resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    results["errors"].update(polling_errors)
     report.write_json(out / "bench-results.json", results)
     pngs = report.plots(systems, out / "bench-plots", data.spec.duration_s / 60)
     print(report.markdown(systems, results))
+    if polling:
+        print("\n" + report.polling_markdown(results))
     print(f"\nWrote {out / 'bench-results.json'} and {len(pngs)} plots in {out / 'bench-plots'}.")
     return 1 if results["errors"] else 0
+
+
+def run_polling(
+    steps: list[str], state_dir: Path, quick: bool
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """Each polling benchmark's top-level keys, and the errors of those that failed. A
+    benchmark whose module is missing is reported as not available."""
+    results: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    for step in steps:
+        name = f"bench.polling.{step}"
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:  # the module is there, something it imports is not
+                log.exception("polling benchmark %s cannot run", step)
+                errors[f"polling.{step}"] = f"{type(exc).__name__}: {exc}"
+                continue
+            log.warning("%s: not available (no bench/polling/%s.py)", step, step)
+            results.setdefault("polling_not_available", []).append(step)
+            continue
+        log.info("polling benchmark: %s", step)
+        try:
+            results.update(module.measure(state_dir, quick))
+        except Exception as exc:
+            log.exception("polling benchmark %s failed", step)
+            errors[f"polling.{step}"] = f"{type(exc).__name__}: {exc}"
+    return results, errors
 
 
 if __name__ == "__main__":

@@ -302,6 +302,73 @@ def _drain(v: dict[str, Any]) -> str:
     )
 
 
+SNMP_GOAL = 1.5  # snmp_vs_exporter: jobscope's OIDs per CPU-second / snmp_exporter's
+
+
+def polling_markdown(results: dict[str, Any]) -> str:
+    """The polling benchmarks (bench/polling/): collectors' efficiency on real devices."""
+    lines = ["| polling (real devices) | value |", "|---|---|"]
+    snmp = results.get("snmp_polling")
+    if snmp is not None:
+        ratio = results.get("snmp_vs_exporter")
+        kw = results.get("kwollector_oids_per_core_s")
+        rows = [
+            ("SNMP: jobscope producer, OIDs per CPU-second", results.get("snmp_oids_per_core_s")),
+            (
+                f"SNMP: snmp_exporter {snmp['versions']['snmp_exporter']}, OIDs per CPU-second",
+                results.get("snmp_exporter_oids_per_core_s"),
+            ),
+        ]
+        for title, value in rows:
+            lines.append(f"| {title} | {_fmt(value, '{:,.0f}')} |")
+        lines.append(
+            "| SNMP: Kwollect's kwollector 1.3.1 (to PostgreSQL), OIDs per CPU-second | "
+            + (_fmt(kw, "{:,.0f}") if kw else f"n/a ({results.get('kwollector_error', '?')})")
+            + " |"
+        )
+        verdict = "" if ratio is None else f"; goal >= {SNMP_GOAL:g}: "
+        verdict += "" if ratio is None else ("met" if ratio >= SNMP_GOAL else "MISSED")
+        lines += [
+            f"| SNMP: jobscope / snmp_exporter | {_fmt(ratio, '{:.2f}x')}{verdict} |",
+            "| SNMP: jobscope / kwollector | "
+            f"{_fmt(results.get('snmp_vs_kwollector'), '{:.2f}x')} |",
+            "| SNMP: jobscope tick lateness p99 under that load, ms | "
+            f"{_fmt(results.get('snmp_tick_lateness_p99_ms'), '{:.1f}')} |",
+            "| SNMP: agents' CPU while polled (all snmpd processes, the busiest run), cores | "
+            f"{_fmt(results.get('snmp_agents_cpu_cores'), '{:.3f}')} |",
+        ]
+    if "ipmi_sensors_per_core_s" in results or any(k.startswith("ipmi_") for k in results):
+        lines.append(
+            "| IPMI: jobscope producer, sensors per CPU-second | "
+            f"{_fmt(results.get('ipmi_sensors_per_core_s'), '{:,.0f}')} |"
+        )
+    for step in results.get("polling_not_available", []):
+        lines.append(f"| {step} | not available |")
+    if snmp is not None:
+        lines += [
+            "",
+            f"SNMP load: {snmp['devices']} devices (one endpoint each, port {snmp['port']}) on "
+            f"{snmp['agents']} snmpd {snmp['versions']['snmpd']} agents, "
+            f"{snmp['oids_per_device']} OIDs per device in one GET every {snmp['period_ms']} ms "
+            f"({snmp['oids_asked_per_s']:,.0f} OIDs/s asked); each collector alone, "
+            f"{snmp['measure_s']} s after {snmp['warmup_s']} s of warm-up; CPU of the "
+            "collector process only (not Kafka's, PostgreSQL's or the scraper's).",
+        ]
+        for name, r in snmp["systems"].items():
+            if "error" in r:
+                lines.append(f"- {name}: FAILED: {r['error']}")
+                continue
+            lines.append(
+                f"- {name}: {r['oids_per_s']:,.0f} OIDs/s collected (completeness "
+                f"{r['completeness']:.3f}), collector {r['collector_cpu_cores']:.3f} cores, "
+                + ("" if r["sink_cpu_cores"] is None else f"its sink {r['sink_cpu_cores']:.3f}, ")
+                + f"agents {r['agents_cpu_cores']:.3f} "
+                f"(busiest {r['agent_max_cpu_cores']:.3f}), machine busy "
+                f"{100 * (r['machine_busy_fraction'] or 0):.0f}%"
+            )
+    return "\n".join(lines)
+
+
 def write_json(path: Path, results: dict[str, Any]) -> None:
     path.write_text(json.dumps(results, indent=2, default=str) + "\n")
 

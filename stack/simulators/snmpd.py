@@ -11,7 +11,8 @@ The agent serves the host's own MIBs (system, IF-MIB of the host's interfaces, H
 UCD-SNMP: load, memory, CPU counters...) read-only: SNMPv2c with `community` and SNMPv3 with
 each of `v3_users` (authPriv). One process may listen on several endpoints (`also_listen`):
 each endpoint looks like a device of its own to a client, which is how a benchmark puts
-hundreds of "devices" on a few processes. Every address of 127.0.0.0/8 is loopback on Linux,
+hundreds of "devices" on a few processes (up to about 120 endpoints per process: see
+MAX_LISTEN_CHARS). Every address of 127.0.0.0/8 is loopback on Linux,
 so distinct devices on the standard port 161 are 127.0.0.2:161, 127.0.0.3:161... (ports
 below 1024 need root).
 
@@ -40,6 +41,9 @@ SNMPD = "/usr/sbin/snmpd"
 SYS_UPTIME = "1.3.6.1.2.1.1.3.0"
 AUTH_PROTOCOLS = ("MD5", "SHA", "SHA-224", "SHA-256", "SHA-384", "SHA-512")
 PRIV_PROTOCOLS = ("DES", "AES", "AES-192", "AES-256")
+# snmpd keeps its listening addresses in one string of 2,560 characters (SPRINT_MAX_LEN) and
+# silently drops what does not fit: about 120 endpoints of the form udp:127.0.1.1:161.
+MAX_LISTEN_CHARS = 2500
 _TOKEN = re.compile(r"^[A-Za-z0-9_.@%+=:,/-]+$")  # safe in snmpd.conf without quoting
 
 
@@ -98,6 +102,12 @@ class Snmpd:
         self.community = community
         self.v3_users = tuple(v3_users)
         self.endpoints: tuple[tuple[str, int], ...] = ((address, port), *also_listen)
+        listen = ",".join(_transport(host, port) for host, port in self.endpoints)
+        if len(listen) > MAX_LISTEN_CHARS:
+            raise ValueError(
+                f"{len(self.endpoints)} endpoints are too many for one snmpd (it keeps them in "
+                f"a string of {MAX_LISTEN_CHARS} characters, here {len(listen)}): use several"
+            )
         self.snmpd = snmpd
         self.config_file = self.state_dir / "snmpd.conf"
         self.persistent_dir = self.state_dir / "persistent"
@@ -124,10 +134,14 @@ class Snmpd:
 
     def config_text(self) -> str:
         """The snmpd.conf `start` writes."""
-        listen = ",".join(_transport(host, port) for host, port in self.endpoints)
+        transports = [_transport(host, port) for host, port in self.endpoints]
         lines = [
             "# written by stack/simulators/snmpd.py; rewritten at every start",
-            f"agentAddress {listen}",
+            # several lines add up; one long line would be cut (snmpd's line buffer)
+            *(
+                "agentAddress " + ",".join(transports[i : i + 16])
+                for i in range(0, len(transports), 16)
+            ),
             "dontLogTCPWrappersConnects yes",  # no log line per request
             f"rocommunity {self.community}",
             f"rocommunity6 {self.community}",
@@ -165,6 +179,8 @@ class Snmpd:
                     "-f",  # foreground: this object owns the process
                     "-Lo",  # log to stdout (the log file)
                     "-C",  # read no default config file
+                    "-I",
+                    "-smux",  # no SMUX listener (TCP 199): one host can run many agents
                     "-c",
                     str(self.config_file),
                     "-p",
