@@ -30,8 +30,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from string import Template
-from types import TracebackType
-from typing import Self
+
+from stack.simulators.base import Simulator
 
 IPMI_SIM = "/usr/bin/ipmi_sim"
 DATA_DIR = Path(__file__).resolve().parent / "ipmi"
@@ -86,7 +86,7 @@ def ping(address: str, port: int, timeout: float = 0.2) -> bool:
             return False
 
 
-class IpmiSim:
+class IpmiSim(Simulator):
     """One `ipmi_sim` process: the BMC of `bmc.emu` on `address:port`."""
 
     def __init__(
@@ -117,18 +117,6 @@ class IpmiSim:
 
     def __repr__(self) -> str:
         return f"IpmiSim({self.address}:{self.port}, pid={self.pid})"
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     @property
     def pid(self) -> int | None:
@@ -229,12 +217,6 @@ class IpmiSim:
         if answer.startswith("**"):
             raise RuntimeError(f"ipmi_sim refused {line!r}: {answer}")
         return answer
-
-    def log_tail(self, lines: int = 20) -> str:
-        try:
-            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
-        except FileNotFoundError:
-            return "(no log)"
 
 
 def _read_until_prompt(sock: socket.socket) -> bytes:

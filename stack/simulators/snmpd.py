@@ -35,7 +35,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
+
+from stack.simulators.base import Simulator
 
 SNMPD = "/usr/sbin/snmpd"
 SYS_UPTIME = "1.3.6.1.2.1.1.3.0"
@@ -79,7 +80,7 @@ class V3User:
                 )
 
 
-class Snmpd:
+class Snmpd(Simulator):
     """One `snmpd` process answering on `address:port` (and on `also_listen` endpoints)."""
 
     def __init__(
@@ -242,24 +243,6 @@ class Snmpd:
         if self._proc is None or self._proc.poll() is not None:
             raise RuntimeError(f"snmpd on {self.address}:{self.port} is not running")
         self._proc.send_signal(sig)
-
-    def log_tail(self, lines: int = 20) -> str:
-        try:
-            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
-        except FileNotFoundError:
-            return "(no log)"
-
-    def __enter__(self) -> Snmpd:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 def _transport(host: str, port: int) -> str:

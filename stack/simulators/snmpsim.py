@@ -34,6 +34,7 @@ import tempfile
 from pathlib import Path
 
 from stack.processes import ManagedProcess, wait_until
+from stack.simulators.base import Simulator
 
 HERE = Path(__file__).resolve().parent
 DATA_DIR = HERE / "snmp"
@@ -214,7 +215,7 @@ def _parse_value(text: str) -> tuple[str, str]:
     return kind, value
 
 
-class SnmpSim:
+class SnmpSim(Simulator):
     """One snmpsim command responder serving every `.snmprec` of `data_dir` on host:port/UDP."""
 
     def __init__(
@@ -302,7 +303,7 @@ class SnmpSim:
                 )
         except (TimeoutError, SnmpSimError) as exc:
             self.stop()
-            raise SnmpSimError(f"{exc}; log {self.log_file}:\n{self._log_tail()}") from exc
+            raise SnmpSimError(f"{exc}; log {self.log_file}:\n{self.log_tail()}") from exc
         return pid
 
     def stop(self) -> None:
@@ -327,12 +328,6 @@ class SnmpSim:
         if self.pid is None:
             raise SnmpSimError("snmpsim exited during start-up")
         return True
-
-    def _log_tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
-        except FileNotFoundError:
-            return "(no log)"
 
     @staticmethod
     def _nobody_group() -> str:
