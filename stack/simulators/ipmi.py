@@ -20,18 +20,14 @@ Session request with privilege level 0); ipmitool needs nothing special.
 from __future__ import annotations
 
 import math
-import os
 import re
 import shutil
-import signal
 import socket
-import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from string import Template
 
-from stack.simulators.base import Simulator
+from stack.simulators.base import ChildProcess
 
 IPMI_SIM = "/usr/bin/ipmi_sim"
 DATA_DIR = Path(__file__).resolve().parent / "ipmi"
@@ -86,7 +82,7 @@ def ping(address: str, port: int, timeout: float = 0.2) -> bool:
             return False
 
 
-class IpmiSim(Simulator):
+class IpmiSim(ChildProcess):
     """One `ipmi_sim` process: the BMC of `bmc.emu` on `address:port`."""
 
     def __init__(
@@ -113,17 +109,9 @@ class IpmiSim(Simulator):
         self.ipmi_sim = ipmi_sim
         self.config_file = self.state_dir / "lan.conf"
         self.log_file = self.state_dir / "ipmi_sim.log"
-        self._proc: subprocess.Popen[bytes] | None = None
 
     def __repr__(self) -> str:
         return f"IpmiSim({self.address}:{self.port}, pid={self.pid})"
-
-    @property
-    def pid(self) -> int | None:
-        """The simulator's process id while it runs, else None."""
-        if self._proc is None or self._proc.poll() is not None:
-            return None
-        return self._proc.pid
 
     def start(self, timeout: float = 10.0) -> None:
         """Delete the state dir, write lan.conf, start ipmi_sim and wait until it answers a
@@ -151,49 +139,12 @@ class IpmiSim(Simulator):
             )
         )
         argv = [self.ipmi_sim, "-c", str(self.config_file), "-f", str(DATA_DIR / "bmc.emu")]
-        with open(self.log_file, "ab") as log:
-            self._proc = subprocess.Popen(
-                [*argv, "-s", str(self.state_dir / "state"), "-n"],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # a Ctrl-C in a terminal does not reach it
-            )
-        deadline = time.monotonic() + timeout
-        while not ping(self.address, self.port):
-            if self._proc.poll() is not None:
-                raise RuntimeError(
-                    f"ipmi_sim exited with status {self._proc.returncode}:\n{self.log_tail()}"
-                )
-            if time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(
-                    f"ipmi_sim did not answer on {self.address}:{self.port} within "
-                    f"{timeout:.0f} s:\n{self.log_tail()}"
-                )
-            time.sleep(0.02)
-
-    def stop(self, timeout: float = 5.0) -> None:
-        """SIGTERM (after SIGCONT), SIGKILL after `timeout`; safe to call twice."""
-        proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGCONT)
-        proc.terminate()
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-    def pause(self) -> None:
-        """SIGSTOP: the BMC stops answering (clients time out) until `resume`."""
-        if self._proc is not None:
-            os.kill(self._proc.pid, signal.SIGSTOP)
-
-    def resume(self) -> None:
-        if self._proc is not None:
-            os.kill(self._proc.pid, signal.SIGCONT)
+        self._spawn(
+            [*argv, "-s", str(self.state_dir / "state"), "-n"],
+            lambda: ping(self.address, self.port),
+            timeout,
+            f"answer on {self.address}:{self.port}",
+        )
 
     def set_value(self, name: str, value: float, timeout: float = 5.0) -> None:
         """Set sensor `name` to `value` (rounded to its step) through the console."""

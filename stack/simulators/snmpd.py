@@ -24,22 +24,15 @@ and never the folder holding the config, which snmpd would overwrite on shutdown
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-import secrets
-import signal
-import socket
-import subprocess
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from stack.simulators.base import Simulator
+from stack.simulators.base import ChildProcess, snmp_answers
 
 SNMPD = "/usr/sbin/snmpd"
-SYS_UPTIME = "1.3.6.1.2.1.1.3.0"
 AUTH_PROTOCOLS = ("MD5", "SHA", "SHA-224", "SHA-256", "SHA-384", "SHA-512")
 PRIV_PROTOCOLS = ("DES", "AES", "AES-192", "AES-256")
 # snmpd keeps its listening addresses in one string of 2,560 characters (SPRINT_MAX_LEN) and
@@ -80,7 +73,7 @@ class V3User:
                 )
 
 
-class Snmpd(Simulator):
+class Snmpd(ChildProcess):
     """One `snmpd` process answering on `address:port` (and on `also_listen` endpoints)."""
 
     def __init__(
@@ -114,24 +107,11 @@ class Snmpd(Simulator):
         self.persistent_dir = self.state_dir / "persistent"
         self.pid_file = self.state_dir / "snmpd.pid"
         self.log_file = self.state_dir / "snmpd.log"
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._paused = False
 
     def __repr__(self) -> str:
         return f"Snmpd({self.address}:{self.port}, pid={self.pid})"
 
     # -- lifecycle -------------------------------------------------------------------------
-
-    @property
-    def pid(self) -> int | None:
-        """The agent's process id while it runs (paused included), else None."""
-        if self._proc is None or self._proc.poll() is not None:
-            return None
-        return self._proc.pid
-
-    @property
-    def paused(self) -> bool:
-        return self._paused and self.pid is not None
 
     def config_text(self) -> str:
         """The snmpd.conf `start` writes."""
@@ -173,130 +153,27 @@ class Snmpd(Simulator):
         self.pid_file.unlink(missing_ok=True)
         env = {**os.environ, "MIBS": "", "SNMP_PERSISTENT_DIR": str(self.persistent_dir)}
         env.pop("SNMPCONFPATH", None)
-        with open(self.log_file, "ab") as log:
-            self._proc = subprocess.Popen(
-                [
-                    self.snmpd,
-                    "-f",  # foreground: this object owns the process
-                    "-Lo",  # log to stdout (the log file)
-                    "-C",  # read no default config file
-                    "-I",
-                    "-smux",  # no SMUX listener (TCP 199): one host can run many agents
-                    "-c",
-                    str(self.config_file),
-                    "-p",
-                    str(self.pid_file),
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,  # a Ctrl-C in a terminal does not reach it
-            )
-        self._paused = False
-        deadline = time.monotonic() + timeout
+        argv = [
+            self.snmpd,
+            "-f",  # foreground: this object owns the process
+            "-Lo",  # log to stdout (the log file)
+            "-C",  # read no default config file
+            "-I",
+            "-smux",  # no SMUX listener (TCP 199): one host can run many agents
+            "-c",
+            str(self.config_file),
+            "-p",
+            str(self.pid_file),
+        ]
         pending = list(self.endpoints)
-        while pending:
-            if self._proc.poll() is not None:
-                raise RuntimeError(
-                    f"snmpd exited with status {self._proc.returncode}:\n{self.log_tail()}"
-                )
-            if probe(*pending[0], community=self.community, timeout=0.2):
+
+        def every_endpoint_answers() -> bool:
+            while pending and snmp_answers(*pending[0], self.community, timeout=0.2):
                 pending.pop(0)
-                continue
-            if time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(
-                    f"snmpd did not answer on {pending[0][0]}:{pending[0][1]} within "
-                    f"{timeout:.0f} s:\n{self.log_tail()}"
-                )
-            time.sleep(0.05)
+            return not pending
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """SIGTERM (after SIGCONT if paused), SIGKILL after `timeout`; safe to call twice."""
-        proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signal.SIGCONT)
-                proc.terminate()
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout)
-        self._paused = False
-
-    def pause(self) -> None:
-        """SIGSTOP: the agent keeps its sockets but answers nothing (requests time out, and
-        datagrams queue up in the kernel until its receive buffer is full)."""
-        self._signal(signal.SIGSTOP)
-        self._paused = True
-
-    def resume(self) -> None:
-        """SIGCONT: the agent answers again (first what queued up while paused)."""
-        self._signal(signal.SIGCONT)
-        self._paused = False
-
-    def _signal(self, sig: int) -> None:
-        if self._proc is None or self._proc.poll() is not None:
-            raise RuntimeError(f"snmpd on {self.address}:{self.port} is not running")
-        self._proc.send_signal(sig)
+        self._spawn(argv, every_endpoint_answers, timeout, "answer on every endpoint", env)
 
 
 def _transport(host: str, port: int) -> str:
     return f"udp6:[{host}]:{port}" if ":" in host else f"udp:{host}:{port}"
-
-
-# -- a minimal SNMPv2c GET, to know when the agent answers (no client library needed) --------
-
-
-def _tlv(tag: int, content: bytes) -> bytes:
-    n = len(content)
-    if n < 0x80:
-        return bytes([tag, n]) + content
-    size = n.to_bytes((n.bit_length() + 7) // 8, "big")
-    return bytes([tag, 0x80 | len(size)]) + size + content
-
-
-def _integer(value: int) -> bytes:
-    return _tlv(0x02, value.to_bytes((value.bit_length() + 8) // 8, "big", signed=True))
-
-
-def _oid(dotted: str) -> bytes:
-    first, second, *rest = (int(part) for part in dotted.split("."))
-    body = bytearray([40 * first + second])
-    for arc in rest:
-        chunk = [arc & 0x7F]
-        while arc := arc >> 7:
-            chunk.append(0x80 | (arc & 0x7F))
-        body += bytes(reversed(chunk))
-    return _tlv(0x06, bytes(body))
-
-
-def get_request(community: str, request_id: int, oid: str = SYS_UPTIME) -> bytes:
-    """An SNMPv2c GetRequest datagram for one OID."""
-    varbind = _tlv(0x30, _oid(oid) + b"\x05\x00")
-    pdu = _tlv(0xA0, _integer(request_id) + _integer(0) + _integer(0) + _tlv(0x30, varbind))
-    return _tlv(0x30, _integer(1) + _tlv(0x04, community.encode()) + pdu)
-
-
-def probe(host: str, port: int, community: str = "public", timeout: float = 1.0) -> bool:
-    """True when an SNMPv2c GET of sysUpTime.0 on host:port gets a response in time."""
-    request_id = secrets.randbelow(1 << 30) + 1
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_DGRAM) as sock:
-        sock.settimeout(timeout)
-        try:
-            sock.sendto(get_request(community, request_id), (host, port))
-            deadline = time.monotonic() + timeout
-            while (left := deadline - time.monotonic()) > 0:
-                sock.settimeout(left)
-                data = sock.recv(65535)
-                # a GetResponse (0xA2) carrying our request id
-                if b"\xa2" in data and _integer(request_id) in data:
-                    return True
-        except (TimeoutError, ConnectionRefusedError, OSError):
-            return False
-    return False

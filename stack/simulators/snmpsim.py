@@ -34,7 +34,7 @@ import tempfile
 from pathlib import Path
 
 from stack.processes import ManagedProcess, wait_until
-from stack.simulators.base import Simulator
+from stack.simulators.base import Simulator, snmp_answers
 
 HERE = Path(__file__).resolve().parent
 DATA_DIR = HERE / "snmp"
@@ -43,7 +43,6 @@ SYSTEM_PYTHON = Path("/usr/bin/python3")
 PROCESS_USER = "nobody"
 RESPONDER = "snmpsim-command-responder"
 VARIATION_MODULES = ("numeric", "delay", "error")  # usable in data files as `<tag>:<module>`
-SYS_UPTIME = "1.3.6.1.2.1.1.3.0"  # every recorded device answers it
 
 
 class SnmpSimError(RuntimeError):
@@ -256,11 +255,7 @@ class SnmpSim(Simulator):
 
     def answers(self, community: str | None = None, timeout: float = 1.0) -> bool:
         """True when a GET of sysUpTime.0 on `community` (default: the first device) answers."""
-        try:
-            self.get(community or self.communities[0], SYS_UPTIME, timeout=timeout)
-        except TimeoutError:
-            return False
-        return True
+        return snmp_answers(self.host, self.port, community or self.communities[0], timeout)
 
     def start(self, timeout: float = 60.0) -> int:
         """Start the responder (building its venv first if needed); return its PID once a GET
@@ -311,18 +306,6 @@ class SnmpSim(Simulator):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)  # a paused process would not act on SIGTERM
         self.process.stop(timeout=10)
-
-    def pause(self) -> None:
-        """SIGSTOP: the device stops answering (requests time out) until resume()."""
-        os.kill(self._require_pid(), signal.SIGSTOP)
-
-    def resume(self) -> None:
-        os.kill(self._require_pid(), signal.SIGCONT)
-
-    def _require_pid(self) -> int:
-        if (pid := self.pid) is None:
-            raise SnmpSimError("snmpsim is not running")
-        return pid
 
     def _check_alive(self) -> bool:
         if self.pid is None:
