@@ -10,7 +10,9 @@ must be cancellable: the runtime cancels a poll that overruns its share of the p
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING, ClassVar, Self, TypeVar
@@ -78,6 +80,23 @@ class Plugin(ABC):
 
     async def close(self) -> None:  # noqa: B027 (optional hook, nothing to release by default)
         """Release connections and sessions."""
+
+
+class ProcessLimit:
+    """At most `limit` holders at once in the process: a semaphore per event loop (asyncio
+    primitives belong to one loop; tests run several, one after the other)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def __call__(self) -> asyncio.Semaphore:
+        loop = asyncio.get_running_loop()
+        if loop not in self._by_loop:
+            self._by_loop[loop] = asyncio.Semaphore(self.limit)
+        return self._by_loop[loop]
 
 
 def url_options(url: str, model: type[Options]) -> Options:

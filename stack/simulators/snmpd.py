@@ -30,11 +30,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from producers.plugins.snmp.options import AUTH_PROTOCOLS, PRIV_PROTOCOLS
 from stack.simulators.base import ChildProcess, snmp_answers
 
 SNMPD = "/usr/sbin/snmpd"
-AUTH_PROTOCOLS = ("MD5", "SHA", "SHA-224", "SHA-256", "SHA-384", "SHA-512")
-PRIV_PROTOCOLS = ("DES", "AES", "AES-192", "AES-256")
 # snmpd keeps its listening addresses in one string of 2,560 characters (SPRINT_MAX_LEN) and
 # silently drops what does not fit: about 120 endpoints of the form udp:127.0.1.1:161.
 MAX_LISTEN_CHARS = 2500

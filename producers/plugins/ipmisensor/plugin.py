@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import weakref
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +18,7 @@ from urllib.parse import unquote, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from producers.plugins.base import Plugin, validated
+from producers.plugins.base import Plugin, ProcessLimit, validated
 from producers.reading import Reading
 
 if TYPE_CHECKING:
@@ -115,17 +114,7 @@ def parse(entry: DeviceEntry) -> tuple[Bmc, str]:
     return Bmc(parts.hostname, port, user, SecretStr(password or ""), options), sensor
 
 
-_semaphores: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _semaphore() -> asyncio.Semaphore:
-    """The process-wide bound on concurrent runs (one semaphore per event loop)."""
-    loop = asyncio.get_running_loop()
-    if loop not in _semaphores:
-        _semaphores[loop] = asyncio.Semaphore(MAX_CONCURRENT_BMCS)
-    return _semaphores[loop]
+_runs = ProcessLimit(MAX_CONCURRENT_BMCS)
 
 
 class IpmiSensorPlugin(Plugin):
@@ -174,14 +163,14 @@ class IpmiSensorPlugin(Plugin):
                         entry.device_id,
                         entry.name,
                         value * target.scale,
-                        dict(entry.labels),
+                        entry.labels,
                     )
                 )
         return readings
 
     async def read_table(self) -> str:
         """The output of one `ipmi-sensors` run (two if the cached SDR is stale)."""
-        async with _semaphore():
+        async with _runs():
             code, out, err = await self._run(recreate_cache=False)
             if code != 0 and _stale_cache(err):
                 code, out, err = await self._run(recreate_cache=True)

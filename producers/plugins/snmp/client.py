@@ -11,9 +11,9 @@ noSuchInstance): the caller counts those.
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import time
-import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +22,7 @@ from gufo.snmp import user as keys
 from gufo.snmp.aio.client import SnmpSession
 from gufo.snmp.typing import ValueType
 
+from producers.plugins.base import ProcessLimit
 from producers.plugins.snmp.options import Agent, V3Options
 
 MAX_IN_FLIGHT = 64
@@ -43,25 +44,17 @@ _PRIV = {
     "AES-192": keys.Aes192Key,
     "AES-256": keys.Aes256Key,
 }
-_in_flight: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
-    weakref.WeakKeyDictionary()
-)
+_in_flight = ProcessLimit(MAX_IN_FLIGHT)
 
 
 class AgentUnavailable(Exception):
     """The agent did not answer, refused our credentials, or is in backoff."""
 
 
-def _semaphore() -> asyncio.Semaphore:
-    loop = asyncio.get_running_loop()
-    if loop not in _in_flight:
-        _in_flight[loop] = asyncio.Semaphore(MAX_IN_FLIGHT)
-    return _in_flight[loop]
-
-
-def v3_user(v3: V3Options, agent: Agent) -> User:
-    auth = _AUTH[v3.auth_protocol](agent.password(v3.auth_password_env))
-    priv = _PRIV[v3.priv_protocol](agent.password(v3.priv_password_env))
+def v3_user(v3: V3Options) -> User:
+    """The USM user of `v3`, its passwords read from the environment (checked at load)."""
+    auth = _AUTH[v3.auth_protocol](os.environ.get(v3.auth_password_env or "", "").encode())
+    priv = _PRIV[v3.priv_protocol](os.environ.get(v3.priv_password_env or "", "").encode())
     return User(
         v3.user or "",
         auth_key=auth if v3.level != "noAuthNoPriv" else None,
@@ -110,7 +103,7 @@ class AgentClient:
                 f"{self._last_error}; next try in {self._retry_at - now:.0f} s (backoff)"
             )
         try:
-            async with _semaphore():
+            async with _in_flight():
                 result = await self._attempts(send)
         except asyncio.CancelledError:
             self._failed("no answer before the poll's deadline")
@@ -152,7 +145,7 @@ class AgentClient:
                 addr=str(found[0][4][0]),
                 port=agent.port,
                 community=agent.community,
-                user=v3_user(agent.v3, agent) if agent.v3 else None,
+                user=v3_user(agent.v3) if agent.v3 else None,
                 timeout=agent.timeout_s,
                 max_repetitions=agent.max_repetitions,
                 recv_buffer=1 << 20,

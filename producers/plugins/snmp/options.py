@@ -12,7 +12,7 @@ import re
 from typing import Literal
 from urllib.parse import unquote, urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from producers.entry import DeviceEntry
 from producers.plugins.base import validated
@@ -90,6 +90,17 @@ class SnmpOptions(BaseModel):
         300, gt=0, description="how often templates, labels and decimals are read again"
     )
 
+    @field_validator("indexes")
+    @classmethod
+    def _ranges(cls, indexes: dict[str, str | list[int | str]]) -> dict[str, str | list[int | str]]:
+        for name, spec in indexes.items():
+            try:
+                if not _values(spec):
+                    raise ValueError
+            except ValueError:
+                raise ValueError(f"{name}: expected a list or ranges such as '1-24,30'") from None
+        return indexes
+
     @model_validator(mode="after")
     def _coherent(self) -> SnmpOptions:
         if self.walk and self.indexes:
@@ -114,10 +125,6 @@ class Agent(BaseModel):
     def __str__(self) -> str:
         who = f"user {self.v3.user}" if self.v3 else f"community {self.community!r}"
         return f"{self.host}:{self.port} ({'v3' if self.v3 else 'v2c'}, {who})"
-
-    def password(self, env: str | None) -> bytes:
-        """The value of the environment variable `env` (checked when the file loads)."""
-        return os.environ.get(env or "", "").encode()
 
 
 class EntrySpec(BaseModel):

@@ -55,11 +55,10 @@ class Walk:
 class SnmpPlugin(Plugin):
     scheme = "snmp"
 
-    def __init__(self, entries: Sequence[DeviceEntry], agent: opts.Agent) -> None:
+    def __init__(self, entries: Sequence[DeviceEntry], specs: Sequence[opts.EntrySpec]) -> None:
         self.entries = tuple(entries)
-        self.specs = [opts.parse(entry) for entry in entries]
-        self.agent = agent
-        self.client = AgentClient(agent, entries[0].update_every / 1000)
+        self.specs = specs
+        self.client = AgentClient(specs[0].agent, entries[0].update_every / 1000)
         self.refresh_s = min(spec.options.refresh_s for spec in self.specs)
         self._refreshed_at: float | None = None
         self._targets: list[Target] = []
@@ -76,7 +75,7 @@ class SnmpPlugin(Plugin):
 
     @classmethod
     def build(cls, entries: Sequence[DeviceEntry]) -> list[Self]:
-        return [cls(entries, opts.parse(entries[0]).agent)]
+        return [cls(entries, [opts.parse(entry) for entry in entries])]
 
     async def poll(self, timestamp_us: int) -> list[Reading]:
         if self._refreshed_at is None or time.monotonic() - self._refreshed_at > self.refresh_s:
@@ -114,7 +113,7 @@ class SnmpPlugin(Plugin):
                 "noSuchObject/noSuchInstance: the agent has no value for this OID",
             )
             return None
-        text = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
+        text = _text(raw)
         try:
             return float(text)
         except ValueError:
@@ -151,7 +150,9 @@ class SnmpPlugin(Plugin):
         except AgentUnavailable as exc:
             if self._refreshed_at is None:
                 raise
-            log.warning("%s: refresh of templates and labels failed, kept: %s", self.agent, exc)
+            log.warning(
+                "%s: refresh of templates and labels failed, kept: %s", self.client.agent, exc
+            )
             self._refreshed_at = time.monotonic()
             return
         self._targets, self._walks = targets, walks
@@ -198,8 +199,7 @@ class SnmpPlugin(Plugin):
             return oid
         prefix, wanted = template
         for index, value in walked[prefix].items():
-            text = value.decode(errors="replace") if isinstance(value, bytes) else str(value)
-            if text == wanted:
+            if _text(value) == wanted:
                 return opts.with_index(oid, index)
         log.error(
             "device_id=%s name=%s: no index under %s has the value %r: not polled until a "

@@ -84,6 +84,7 @@ def sim_url(sim: SnmpSim, community: str, oid: str) -> str:
         ("snmp://u@h/1.3.6.1", {"v3": {"level": "authPriv"}}, "needs auth_password_env"),
         ("snmp://h/1.3.6.1", {"timeout": 2}, "Extra inputs are not permitted"),
         ("snmp://h/1.3.{{ 1.3.6 == a }}.{{ 1.3.7 == b }}", {}, "at most one"),
+        ("snmp://h/1.3.6.{{ o }}", {"indexes": {"o": "1-x"}}, "expected a list or ranges"),
     ],
 )
 def test_bad_entries_are_refused_with_the_reason(
