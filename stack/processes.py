@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -29,6 +30,21 @@ def port_in_use(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.settimeout(1)
         return sock.connect_ex((host, port)) == 0
+
+
+def stop_child(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
+    """Stop a child process: SIGCONT (a stopped process would not act on SIGTERM), SIGTERM,
+    SIGKILL after `timeout` s; nothing if it already exited."""
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signal.SIGCONT)
+        proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout)
 
 
 class ManagedProcess:

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import ipaddress
 import logging
 import os
@@ -49,7 +48,9 @@ from typing import Any
 
 from bench.systems.base import dpkg_version, free_port, wait_for
 from stack.config import REPO_ROOT
+from stack.processes import stop_child
 from stack.simulators.snmpd import Snmpd
+from stack.venvs import pinned_venv
 
 log = logging.getLogger("bench.snmp")
 
@@ -529,12 +530,7 @@ def _exporter(
         )
     finally:
         scraper.stop_event.set()
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_child(proc)
 
 
 # -- kwollector --------------------------------------------------------------------------------
@@ -542,32 +538,11 @@ def _exporter(
 
 def kwollect_venv(state_dir: Path) -> Path:
     """A venv with kwollect and its pinned dependencies (installed once per requirements)."""
-    venv = state_dir / "kwollect-venv"
-    digest = hashlib.sha256(KWOLLECT_REQUIREMENTS.read_bytes()).hexdigest()[:12]
-    stamp = venv / f".installed-{digest}"
-    if stamp.exists():
-        return venv
-    shutil.rmtree(venv, ignore_errors=True)
-    log.info("installing kwollect into %s", venv)
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    result = subprocess.run(
-        [
-            str(venv / "bin" / "pip"),
-            "install",
-            "-q",
-            "--disable-pip-version-check",
-            "--no-deps",  # everything is pinned in the file (see its comment)
-            "-r",
-            str(KWOLLECT_REQUIREMENTS),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
+    log.info("kwollect's venv: %s", state_dir / "kwollect-venv")
+    # No `pip check`: kwollect declares psycopg2-binary, which kwollector never imports.
+    return pinned_venv(
+        state_dir / "kwollect-venv", KWOLLECT_REQUIREMENTS, Path(sys.executable), check=False
     )
-    if result.returncode != 0:
-        raise RuntimeError(f"pip install of kwollect failed:\n{result.stdout}{result.stderr}")
-    stamp.touch()
-    return venv
 
 
 KWOLLECT_TABLES = """
@@ -656,13 +631,8 @@ def _kwollector(
             log_warnings=text.count(":WARNING:"),
         )
     finally:
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        if proc is not None:
+            stop_child(proc)
         pg.stop()
 
 

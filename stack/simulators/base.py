@@ -3,7 +3,6 @@ child process (start, wait until it answers, pause, stop), and an SNMP readiness
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -16,6 +15,8 @@ from typing import Any, Self
 
 from gufo.snmp import SnmpError
 from gufo.snmp.sync import SnmpSession
+
+from stack.processes import stop_child
 
 SYS_UPTIME = "1.3.6.1.2.1.1.3.0"
 
@@ -127,16 +128,7 @@ class ChildProcess(Simulator):
             time.sleep(0.02)
 
     def stop(self, timeout: float = 10.0) -> None:
-        """SIGTERM (after SIGCONT, as a paused process would not act on it), SIGKILL after
-        `timeout`; safe to call twice."""
+        """SIGTERM, SIGKILL after `timeout`; safe to call twice."""
         proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signal.SIGCONT)
-            proc.terminate()
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout)
+        if proc is not None:
+            stop_child(proc, timeout)

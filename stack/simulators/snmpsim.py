@@ -20,7 +20,6 @@ The recorded devices of the project are in stack/simulators/snmp/ (see its READM
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import os
 import pwd
@@ -35,6 +34,7 @@ from pathlib import Path
 
 from stack.processes import ManagedProcess, wait_until
 from stack.simulators.base import Simulator, snmp_answers
+from stack.venvs import pinned_venv
 
 HERE = Path(__file__).resolve().parent
 DATA_DIR = HERE / "snmp"
@@ -59,17 +59,6 @@ def default_venv_dir() -> Path:
     return Path.home() / ".cache" / "jobscope-snmpsim" / "venv"
 
 
-def _stamp_text(requirements: Path, python: Path) -> str:
-    version = subprocess.run(
-        [str(python), "-c", "import sys; print(sys.version)"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    digest = hashlib.sha256(requirements.read_bytes()).hexdigest()
-    return f"python {version}\nrequirements sha256 {digest}\n"
-
-
 def ensure_venv(
     venv: Path | None = None,
     requirements: Path = REQUIREMENTS,
@@ -82,7 +71,6 @@ def ensure_venv(
     """
     venv = venv or default_venv_dir()
     responder = venv / "bin" / RESPONDER
-    stamp_file = venv / ".jobscope-stamp"
     if not python.exists():
         raise SnmpSimError(
             f"{python} is missing: snmpsim's venv is built from the system Python "
@@ -97,37 +85,10 @@ def ensure_venv(
             " install the Debian packages python3-venv and python3-gdbm "
             "(stack/install-system-deps.sh)"
         )
-    stamp = _stamp_text(requirements, python)
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    with open(venv.parent / f".{venv.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if responder.exists() and stamp_file.exists() and stamp_file.read_text() == stamp:
-            return responder
-        shutil.rmtree(venv, ignore_errors=True)
-        steps = [
-            [str(python), "-m", "venv", str(venv)],
-            [
-                str(venv / "bin" / "pip"),
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                "--no-deps",
-                "-r",
-                str(requirements),
-            ],
-            [str(venv / "bin" / "pip"), "check", "--disable-pip-version-check"],
-        ]
-        for argv in steps:
-            done = subprocess.run(argv, capture_output=True, text=True)
-            if done.returncode != 0:
-                shutil.rmtree(venv, ignore_errors=True)
-                raise SnmpSimError(
-                    f"building snmpsim's venv failed at `{' '.join(argv)}`:\n"
-                    f"{done.stdout[-2000:]}{done.stderr[-2000:]}"
-                )
-        _make_world_readable(venv.parent)
-        stamp_file.write_text(stamp)
-        stamp_file.chmod(0o644)
+    try:
+        pinned_venv(venv, requirements, python, on_built=lambda v: _make_world_readable(v.parent))
+    except RuntimeError as exc:
+        raise SnmpSimError(str(exc)) from None
     return responder
 
 
