@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import signal
 import socket
+import stat
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -30,6 +33,19 @@ def port_in_use(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.settimeout(1)
         return sock.connect_ex((host, port)) == 0
+
+
+def shared_dir(path: Path) -> Path:
+    """`path`, or, when root runs a process as another user (nobody, postgres) who could not
+    traverse one of its parents (a clone in a private folder), a folder of the system's
+    temporary directory named after `path`."""
+    path = path.resolve()
+    if os.geteuid() != 0 or all(
+        p.stat().st_mode & stat.S_IXOTH for p in path.parents if p.exists()
+    ):
+        return path
+    digest = hashlib.sha256(str(path).encode()).hexdigest()[:12]
+    return Path(tempfile.gettempdir()) / f"jobscope-{path.name}-{digest}"
 
 
 def stop_child(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:

@@ -20,6 +20,7 @@ import psycopg
 from bench import payloads
 from bench.dataset import US, Dataset, utc
 from bench.systems.base import Ingest, Selection, System, dpkg_version, free_port, run_parallel
+from stack.processes import shared_dir
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 PARTITION_S = 2 * 3600
@@ -36,7 +37,7 @@ class Postgres(System):
     workers = 2
 
     def __init__(self, workdir: Path) -> None:
-        super().__init__(workdir)
+        super().__init__(shared_dir(workdir))  # the postgres user must reach it
         self.pgdata = self.workdir / "pgdata"
         self.socket_dir = self.workdir / "run"
         self.port = 0

@@ -20,7 +20,6 @@ The recorded devices of the project are in stack/simulators/snmp/ (see its READM
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import pwd
 import shutil
@@ -32,7 +31,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from stack.processes import ManagedProcess, wait_until
+from stack.processes import ManagedProcess, shared_dir, wait_until
 from stack.simulators.base import Simulator, snmp_answers
 from stack.venvs import pinned_venv
 
@@ -104,24 +103,6 @@ def _make_world_readable(root: Path) -> None:
         path.chmod(mode | extra)
 
 
-def _run_dir(state_dir: Path) -> Path:
-    """Where the responder's data and cache live: `state_dir/snmpsim`, unless user nobody
-    could not reach it (a clone in a private folder): then a folder of the system's temporary
-    directory named after the state directory."""
-    if os.geteuid() != 0 or _others_can_reach(state_dir) is None:
-        return state_dir / "snmpsim"
-    digest = hashlib.sha256(str(state_dir).encode()).hexdigest()[:12]
-    return Path(tempfile.gettempdir()) / f"jobscope-snmpsim-{digest}"
-
-
-def _others_can_reach(path: Path) -> Path | None:
-    """The first ancestor of `path` that other users cannot traverse, or None."""
-    for parent in [*reversed(path.parents), path]:
-        if parent.exists() and not parent.stat().st_mode & stat.S_IXOTH:
-            return parent
-    return None
-
-
 def udp_port_free(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         try:
@@ -191,7 +172,7 @@ class SnmpSim(Simulator):
         self.port = port
         self.host = host
         self.venv = venv or default_venv_dir()
-        self.run_dir = _run_dir(self.state_dir.resolve())
+        self.run_dir = shared_dir(self.state_dir / "snmpsim")  # user nobody reads it
         self.data_dir = self.run_dir / "data"
         self.cache_dir = self.run_dir / "cache"
         self.variation_dir = self.run_dir / "variation"
