@@ -29,7 +29,14 @@ class DeviceEntry(BaseModel):
     )
     optional: bool = Field(
         False,
-        description="Kwollect's on-demand metric: polled only while promoted (not polled yet)",
+        description="Kwollect's on-demand metric: polled only while activated (see ondemand.py)",
+    )
+    optional_period: int | None = Field(
+        None,
+        gt=0,
+        strict=True,
+        description="period (ms) used instead of update_every while the entry is activated "
+        "on demand (Kwollect's full monitoring: a wattmeter from 1 Hz to 50 Hz)",
     )
     labels: dict[str, str] = Field(
         default_factory=dict, description="attached to every reading of this entry"

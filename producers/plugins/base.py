@@ -20,6 +20,8 @@ from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import BaseModel, ValidationError
 
+from producers.ondemand import Activations
+
 if TYPE_CHECKING:
     from producers.entry import DeviceEntry
     from producers.reading import Reading
@@ -51,6 +53,16 @@ class Plugin(ABC):
     entries: tuple[DeviceEntry, ...]
     """The entries this instance polls (the runtime reports failures against them)."""
 
+    streams: ClassVar[bool] = False
+    """A streaming plugin reads its devices continuously (from its first poll on) and each
+    poll returns what arrived since the previous one, with the devices' own timestamps. The
+    runtime polls it every `update_every` whatever is activated: the plugin applies
+    `optional_period` itself, per device it serves, by asking `activations`."""
+
+    activations: Activations = Activations()
+    """What is switched on now (on-demand metrics); the runtime gives every instance the
+    process's live set (this empty one serves plugins used alone, as in tests)."""
+
     skips: Skips = Skips(logging.getLogger("producers.plugins"))
     """Where a poll reports the values it left out; the runtime gives every instance its own
     counter (this shared one serves plugins used alone, as in tests)."""
@@ -72,7 +84,8 @@ class Plugin(ABC):
 
     @abstractmethod
     async def poll(self, timestamp_us: int) -> list[Reading]:
-        """Read the device(s) now; every reading carries `timestamp_us`.
+        """Read the device(s) now; every reading carries `timestamp_us` (a streaming
+        plugin's carry the device's own timestamps).
 
         Raise when nothing could be read. Values that could not be read while others
         were (a missing OID, an unreadable sensor) are left out and reported through

@@ -1,0 +1,117 @@
+"""On-demand metrics: which devices have which metrics switched on, and until when.
+
+An activation names devices (a job's nodes, or devices directly), a metric pattern and an
+end. It is published on the compacted on-demand topic (`ondemand`, keyed by activation id:
+`job/<job_id>` for the activation of a job) as JSON; a tombstone (empty value) removes it:
+
+    {"id": "job/4242", "job_id": "4242", "devices": ["node-1", "node-2"],
+     "metrics": "wattmetre_|bmc_", "until": "2026-11-23T12:00:00Z"}
+
+`metrics` is a regular expression matched from the start of the metric name, as Kwollect
+takes `oarsub -t monitor='<regexp>'`; null means every metric. `until` null means until
+removed (a job's activation is removed when the job ends). An entry is activated when its
+device, or the device it measures (`_device_alias`), is named by an active activation
+whose pattern matches the entry's metric name.
+
+The producers read the whole topic at start (so a restart recovers the active set) and
+follow it; `Activations` is the set they consult, the runtime for `optional` entries and
+`optional_period`, and streaming plugins (wattmeters) for each device they serve.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import orjson
+
+ALIAS_LABEL = "_device_alias"
+
+
+@dataclass(frozen=True)
+class Activation:
+    id: str
+    devices: frozenset[str]
+    pattern: re.Pattern[str] | None
+    """None: every metric."""
+    until_us: int | None
+    """UTC µs; None: until removed."""
+    job_id: str | None = None
+
+    def active(self, now_us: int) -> bool:
+        return self.until_us is None or now_us < self.until_us
+
+    def covers(self, devices: Iterable[str | None], metric: str) -> bool:
+        return any(device in self.devices for device in devices) and (
+            self.pattern is None or self.pattern.match(metric) is not None
+        )
+
+
+def parse_activation(key: str, value: bytes) -> Activation:
+    """The activation of one message of the on-demand topic; ValueError if malformed."""
+    try:
+        document: Any = orjson.loads(value)
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise ValueError("not a JSON object")
+    devices = document.get("devices")
+    if not isinstance(devices, list) or not all(isinstance(d, str) for d in devices):
+        raise ValueError("devices: a list of device ids is required")
+    metrics = document.get("metrics")
+    if metrics is not None and not isinstance(metrics, str):
+        raise ValueError("metrics: a regular expression or null")
+    try:
+        pattern = re.compile(metrics) if metrics else None
+    except re.error as exc:
+        raise ValueError(f"metrics: not a regular expression: {exc}") from None
+    until = document.get("until")
+    try:
+        until_us = None if until is None else _epoch_us(until)
+    except (TypeError, ValueError):
+        raise ValueError(f"until: not a time: {until!r}") from None
+    job_id = document.get("job_id")
+    return Activation(
+        key, frozenset(devices), pattern, until_us, str(job_id) if job_id is not None else None
+    )
+
+
+def _epoch_us(value: str | float) -> int:
+    if isinstance(value, int | float):
+        return int(value * 1_000_000)
+    parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    if parsed.tzinfo is None:
+        raise ValueError("a time zone is required")
+    return int(parsed.timestamp() * 1_000_000)
+
+
+class Activations:
+    """The active set, as last read from the on-demand topic. Empty by default: nothing
+    is activated (optional entries are not polled, `optional_period` is not used)."""
+
+    def __init__(self, activations: Mapping[str, Activation] | None = None) -> None:
+        self._by_id: dict[str, Activation] = dict(activations or {})
+        self.version = 0
+        """Incremented on every change of the set (not on expiry: compare `active_ids`)."""
+
+    def put(self, activation: Activation) -> None:
+        self._by_id[activation.id] = activation
+        self.version += 1
+
+    def remove(self, activation_id: str) -> None:
+        if self._by_id.pop(activation_id, None) is not None:
+            self.version += 1
+
+    def active_ids(self, now_us: int) -> frozenset[str]:
+        """The ids of the activations in force at `now_us`."""
+        return frozenset(a.id for a in self._by_id.values() if a.active(now_us))
+
+    def active(self, device_id: str, alias: str | None, metric: str, now_us: int) -> bool:
+        """Whether `metric` of `device_id` (measuring `alias`, if any) is activated now."""
+        return any(
+            a.active(now_us) and a.covers((device_id, alias), metric)
+            for a in self._by_id.values()
+        )
