@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
@@ -137,6 +138,47 @@ def kafka_ground_truth(bootstrap: str, prefix: str) -> dict[Key, float]:
     consumer.close()
     assert len(done) == len(ends), "could not read the readings topic to its end"
     return truth
+
+
+def kafka_reading_copies(bootstrap: str, prefix: str) -> Counter[Key]:
+    """How many times the readings topic holds each reading of devices starting with
+    `prefix` (a producer that sent a message twice shows copies of 2)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"copies-{uuid.uuid4()}",
+            "enable.auto.commit": False,
+            "log_level": 0,
+        }
+    )
+    try:
+        metadata = consumer.list_topics("readings", timeout=30)
+        partitions = [
+            TopicPartition("readings", p, OFFSET_BEGINNING)
+            for p in metadata.topics["readings"].partitions
+        ]
+        ends = {p.partition: consumer.get_watermark_offsets(p, timeout=30)[1] for p in partitions}
+        consumer.assign(partitions)
+        positions = dict.fromkeys(ends, 0)
+        copies: Counter[Key] = Counter()
+
+        def at_end() -> bool:
+            for msg in consumer.consume(10_000, timeout=0.5):
+                if msg.error():
+                    continue
+                positions[msg.partition()] = msg.offset() + 1
+                if (msg.key() or b"").decode().startswith(prefix):
+                    try:
+                        readings = unpack(msg.value())
+                    except ValueError:
+                        continue  # poison: not a reading
+                    copies.update((r.device_id, r.metric_id, r.timestamp_us) for r in readings)
+            return all(positions[p] >= end for p, end in ends.items())
+
+        wait_until(at_end, 120, "the readings topic read to its end")
+        return copies
+    finally:
+        consumer.close()
 
 
 def stored(client: Client, prefix: str) -> list[tuple[str, str, int, float]]:
