@@ -18,6 +18,9 @@ class ApiSettings(BaseSettings):
     clickhouse_database: str = "default"
     kafka_bootstrap: str = "127.0.0.1:9092"
     jobs_topic: str = Field("jobs", description="job writes are published here")
+    ondemand_topic: str = Field(
+        "ondemand", description="on-demand activations are published here (compacted)"
+    )
     kafka_write_timeout_s: float = Field(
         5.0, gt=0, description="a write Kafka has not acknowledged by then fails (503), for good"
     )

@@ -32,6 +32,10 @@ class NotFound(LookupError):
     """A job or device that does not exist; the message names it."""
 
 
+class Conflict(RuntimeError):
+    """A request the resource's state does not allow (e.g. activating an ended job)."""
+
+
 def error_parameter(error: Mapping[str, Any]) -> tuple[str, str]:
     """The parameter (or body field) a pydantic error is about, and its message."""
     location = [str(part) for part in error.get("loc", ()) if part not in ("body", "query")]
@@ -55,6 +59,7 @@ _ANSWERS: dict[type[Exception], tuple[int, Callable[[Exception], str]]] = {
     OperationalError: (503, lambda exc: f"ClickHouse: {str(exc).splitlines()[0]}"),
     KafkaUnavailable: (503, lambda exc: f"{exc}: nothing was written"),
     NotFound: (404, str),
+    Conflict: (409, str),
     NotAcceptable: (406, str),
 }
 

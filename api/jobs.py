@@ -14,10 +14,11 @@ from clickhouse_connect.driver.exceptions import DatabaseError as ClickHouseData
 from clickhouse_connect.driver.exceptions import OperationalError
 from pydantic import ValidationError
 
+from api import ondemand
 from api.clickhouse import ClickHouseProvider, ClickHouseUnavailable
 from api.config import ApiSettings
 from api.errors import NotFound, ParameterError, error_parameter
-from api.kafka import KafkaPublisher
+from api.kafka import KafkaPublisher, KafkaUnavailable
 from api.params import iso
 from api.queries.jobs import job_query, job_version_query
 from api.schemas import Job, JobCreate, JobFields
@@ -66,6 +67,10 @@ def write_job(
         "updated_at": iso(updated_at),
     }
     publisher.publish(settings.jobs_topic, job.job_id, orjson.dumps(document))
+    try:
+        ondemand.follow_job(publisher, settings, job)
+    except KafkaUnavailable as exc:
+        log.error("job %s written; its on-demand activation was not updated: %s", job.job_id, exc)
     sql, params = job_version_query(job.job_id, updated_at)
     deadline = time.monotonic() + settings.job_visible_timeout_s
     try:

@@ -36,8 +36,8 @@ class KafkaPublisher:
                 )
             return self._producer
 
-    def publish(self, topic: str, key: str, value: bytes) -> None:
-        """Send one message and wait until the broker has it (acks=all); raise
+    def publish(self, topic: str, key: str, value: bytes | None) -> None:
+        """Send one message (None: a tombstone) and wait until the broker has it; raise
         KafkaUnavailable otherwise (the message then timed out: it will not land later), and
         the caller must not report it as accepted."""
         timeout = self._settings.kafka_write_timeout_s

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 
 import hostlist
@@ -50,6 +51,25 @@ JOB_ID_PATTERN = r"^[^\s/\x00-\x1f]{1,256}$"
 TIME_EXAMPLES = ["2026-11-23T10:00:00+01:00", 1795424400]
 
 
+def _time_or_none(value: str | float | None) -> str | None:
+    if value is None or value == "":
+        return None
+    try:
+        return iso(to_time(value))
+    except (ValueError, OverflowError, OSError) as exc:
+        raise ValueError(f"{value!r} is not {TIME_HELP}") from exc
+
+
+def _pattern_or_none(value: str | None) -> str | None:
+    if value is None or value == "":
+        return None
+    try:
+        re.compile(value)
+    except re.error as exc:
+        raise ValueError(f"{value!r} is not a regular expression: {exc}") from None
+    return value
+
+
 class JobFields(BaseModel):
     """What a scheduler says of a job; every field is optional in a PATCH."""
 
@@ -91,15 +111,10 @@ class JobFields(BaseModel):
     @field_validator("start", "end")
     @classmethod
     def _check_time(cls, value: str | float | None) -> str | None:
-        if value is None or value == "":
-            return None
-        try:
-            parsed = to_time(value)
-        except (ValueError, OverflowError, OSError) as exc:
-            raise ValueError(f"{value!r} is not {TIME_HELP}") from exc
-        if not JOB_YEARS[0] <= parsed.year < JOB_YEARS[1]:
+        checked = _time_or_none(value)
+        if checked is not None and not JOB_YEARS[0] <= int(checked[:4]) < JOB_YEARS[1]:
             raise ValueError(f"{value!r} is outside {JOB_YEARS[0]}-{JOB_YEARS[1] - 1}")
-        return iso(parsed)
+        return checked
 
     @field_validator("end")
     @classmethod
@@ -137,6 +152,45 @@ class Job(BaseModel):
     site: str = Field(examples=[""])
     labels: dict[str, str] = Field(examples=[{}])
     updated_at: str = Field(examples=["2026-11-23T09:00:00.123456+00:00"])
+
+
+class OnDemandRequest(BaseModel):
+    """Which optional metrics to switch on for a job (Kwollect's `oarsub -t monitor=...`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    metrics: str | None = Field(
+        None,
+        max_length=4096,
+        description="regular expression matched from the start of the metric name; "
+        "null or absent: every optional metric",
+        examples=["wattmetre_power_watt", "bmc_|prom_node_"],
+    )
+    until: str | float | None = Field(
+        None,
+        description="switch off then (ISO 8601 or Unix seconds); at the latest when the job ends",
+        examples=[None],
+    )
+
+    _check_metrics = field_validator("metrics")(_pattern_or_none)
+    _check_until = field_validator("until")(_time_or_none)
+
+
+class OnDemand(BaseModel):
+    """An activation, as published on the on-demand topic (the producers' format)."""
+
+    id: str = Field(examples=["job/4242"])
+    job_id: str | None = Field(examples=["4242"])
+    devices: list[str] = Field(examples=[["node-1", "node-2"]])
+    metrics: str | None = Field(examples=["wattmetre_power_watt"])
+    until: str | None = Field(examples=[None], description="null: until the job ends")
+
+
+class OnDemandRemoved(BaseModel):
+    """The activation switched off (nothing happens if there was none)."""
+
+    id: str = Field(examples=["job/4242"])
+    job_id: str = Field(examples=["4242"])
 
 
 class CatalogEntry(BaseModel):

@@ -342,6 +342,36 @@ def polling_markdown(results: dict[str, Any]) -> str:
             "| IPMI: jobscope producer, sensors per CPU-second | "
             f"{_fmt(results.get('ipmi_sensors_per_core_s'), '{:,.0f}')} |"
         )
+    if "wattmeter_polling" in results:
+        met = results.get("wattmeter_goal_met")
+        lines += [
+            "| Wattmeters 50 Hz: jobscope producer, readings per CPU-second | "
+            f"{_fmt(results.get('wattmeter_readings_per_core_s'), '{:,.0f}')}"
+            + ("" if met is None else "; goal >= 200,000: " + ("met" if met else "MISSED"))
+            + " |",
+            "| Wattmeters 50 Hz: Kwollect's kwollector_wattmetre, readings per CPU-second | "
+            f"{_fmt(results.get('kwollector_wattmetre_readings_per_core_s'), '{:,.0f}')} |",
+            "| Wattmeters: jobscope / kwollector_wattmetre | "
+            f"{_fmt(results.get('wattmeter_vs_kwollector'), '{:.2f}x')} |",
+        ]
+    if "prometheus_polling" in results:
+        lines += [
+            "| Prometheus exporters: jobscope producer, samples per CPU-second | "
+            f"{_fmt(results.get('prometheus_samples_per_core_s'), '{:,.0f}')} |",
+            "| Prometheus exporters: Prometheus server, samples per CPU-second | "
+            f"{_fmt(results.get('prometheus_server_samples_per_core_s'), '{:,.0f}')} |",
+            "| Prometheus exporters: jobscope / Prometheus | "
+            f"{_fmt(results.get('prometheus_vs_server'), '{:.2f}x')} |",
+        ]
+    if "on_demand_activation_s" in results:
+        median, worst = results["on_demand_activation_s"], results["on_demand_activation_max_s"]
+        goal = results["on_demand"]["goal_s"]
+        lines.append(
+            "| On-demand: API call to first activated reading stored, s (median; max) | "
+            f"{median:.2f}; {worst:.2f}; goal <= {goal:g}: "
+            + ("met" if worst <= goal else "MISSED")
+            + " |"
+        )
     for step in results.get("polling_not_available", []):
         lines.append(f"| {step} | not available |")
     if snmp is not None:

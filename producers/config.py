@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BeforeValidator, Field, ValidationError
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from producers.entry import DeviceEntry
 from producers.plugins import plugin_for
 from producers.plugins.base import validation_message
+from producers.sharding import Shard
 
 DEMO_DEVICES = Path(__file__).resolve().parent / "config" / "demo.yaml"
 
@@ -94,6 +96,10 @@ def _yaml_items(path: Path) -> list[tuple[Any, int]]:
         loader.dispose()
 
 
+def _shard(value: object) -> object:
+    return Shard.parse(value) if isinstance(value, str) else value
+
+
 class ProducerSettings(BaseSettings):
     """Settings of `python -m producers`; each one is also read from `JOBSCOPE_<NAME>`."""
 
@@ -101,17 +107,76 @@ class ProducerSettings(BaseSettings):
 
     kafka_bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers")
     readings_topic: str = Field("readings", min_length=1)
+    ondemand_topic: str = Field(
+        "ondemand", min_length=1, description="compacted topic of on-demand activations"
+    )
+    shard: Annotated[Shard, NoDecode, BeforeValidator(_shard)] = Field(
+        Shard(0, 1),
+        description="i/N: poll only the devices shard i of N owns (producers/sharding.py)",
+    )
+    metrics_port: int = Field(
+        9464,
+        ge=0,
+        le=65535,
+        description="port of the Prometheus /metrics endpoint, plus the shard index; 0: none",
+    )
+    metrics_host: str = Field("127.0.0.1", description="address the /metrics endpoint binds")
+    self_interval_s: float = Field(
+        10.0, gt=0, description="period of the jobscope-producer-<shard> readings"
+    )
     devices_file: Path = Field(
         DEMO_DEVICES, description="YAML file of device entries, or a directory of them"
     )
     linger_ms: int = Field(20, ge=0, description="how long a message may wait for its batch")
     compression: Literal["none", "gzip", "snappy", "lz4", "zstd"] = "lz4"
-    delivery_timeout_ms: int = Field(
-        300_000,
-        gt=0,
-        description="a message is retried until delivered or this old (Kafka outages shorter "
-        "than this lose nothing); then it counts as a delivery failure",
+    # When Kafka is away (producers/publisher.py, producers/spool.py): messages handed to the
+    # client are retried until delivered; the others wait in memory, then in the spool.
+    inflight_max_messages: int = Field(
+        10_000,
+        ge=1,
+        le=100_000,
+        description="messages handed to the Kafka client and not yet acknowledged, at most",
     )
+    memory_queue_max_bytes: int = Field(
+        64 << 20,
+        ge=0,
+        description="payload bytes of the messages waiting in memory for the client; past "
+        "it, the oldest ones move to the spool",
+    )
+    spool_dir: Path | None = Field(
+        None,
+        description="the disk spool of this process (one per process); default: "
+        "<spool_root>/<topic>@<bootstrap>-shard-<i>-of-<N>",
+    )
+    spool_root: Path = Field(
+        DEMO_DEVICES.parents[2] / "state" / "producer-spool",
+        description="where the default spool folders are (make up: state/producer-spool)",
+    )
+    spool_max_bytes: int = Field(
+        1 << 30,
+        ge=0,
+        description="size bound of the spool; when it is full, the oldest messages still "
+        "in memory are dropped (counted and logged)",
+    )
+    spool_segment_bytes: int = Field(
+        16 << 20,
+        ge=1 << 10,
+        le=256 << 20,
+        description="size of the spool's files; a file is deleted once all its messages "
+        "are delivered",
+    )
+
+    @property
+    def spool_path(self) -> Path:
+        """`spool_dir`, or one named after where the messages go, so that two stacks or two
+        shards never share one (it holds messages for that topic of that cluster only)."""
+        if self.spool_dir is not None:
+            return self.spool_dir
+        cluster = re.sub(r"[^\w.-]", "_", self.kafka_bootstrap)
+        topic = re.sub(r"[^\w.-]", "_", self.readings_topic)
+        name = f"{topic}@{cluster}-shard-{self.shard.index}-of-{self.shard.count}"
+        return self.spool_root / name
+
     poll_timeout_ratio: float = Field(
         0.8,
         gt=0,

@@ -5,6 +5,10 @@ what this prints.
 50 simulated nodes, each with 20 `tester_value_NN` metrics and a `bmc_power_watt`; 5 PDUs
 whose 10 outlets each power one node (`_device_alias`), so a job on demo nodes has power
 from two sources and energy to sum. Every second: 1,100 readings in 55 Kafka messages.
+
+On demand (`POST /api/jobs/{id}/on-demand`), for a job's nodes: 5 `tester_extra_N` metrics
+each (optional entries), and their outlets' power every 100 ms instead of every second
+(`optional_period`, as a wattmeter's full monitoring).
 """
 
 from __future__ import annotations
@@ -14,7 +18,8 @@ PDUS = 5
 OUTLETS = NODES // PDUS
 HEADER = (
     "# The demo fleet polled by `make up`: 50 simulated nodes (20 metrics and a BMC power\n"
-    "# reading each) and 5 PDUs whose outlets power them (`_device_alias`), every second.\n"
+    "# reading each) and 5 PDUs whose outlets power them (`_device_alias`), every second;\n"
+    "# on demand, for a job's nodes: tester_extra metrics, and their outlets every 100 ms.\n"
     "# Generated, do not edit by hand; regenerate with\n"
     "#   python -m producers.demo_fleet > producers/config/demo.yaml\n"
 )
@@ -29,12 +34,16 @@ def demo_fleet() -> str:
             "labels: {source: tester}}\n"
         )
         lines.append(f'- {{name: bmc_power_watt, {node[1:]}, url: "tester://"}}\n')
+        lines.append(
+            f'- {{name: tester_extra, {node[1:]}, url: "tester://?metrics=5", optional: true}}\n'
+        )
     for p in range(1, PDUS + 1):
         for outlet in range(1, OUTLETS + 1):
             node = (p - 1) * OUTLETS + outlet
             lines.append(
                 f"- {{name: pdu_outlet_power_watt, device_id: pdu-{p}, update_every: 1000, "
-                f'url: "tester://", labels: {{outlet: "{outlet}", _device_alias: node-{node}}}}}\n'
+                f'optional_period: 100, url: "tester://", '
+                f'labels: {{outlet: "{outlet}", _device_alias: node-{node}}}}}\n'
             )
     return "".join(lines)
 

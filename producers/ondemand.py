@@ -20,15 +20,22 @@ follow it; `Activations` is the set they consult, the runtime for `optional` ent
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 
 ALIAS_LABEL = "_device_alias"
+_BATCH = 500
+_FOLLOW_INTERVAL_S = 0.2
+_RETRY_S = 5.0
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -112,6 +119,91 @@ class Activations:
     def active(self, device_id: str, alias: str | None, metric: str, now_us: int) -> bool:
         """Whether `metric` of `device_id` (measuring `alias`, if any) is activated now."""
         return any(
-            a.active(now_us) and a.covers((device_id, alias), metric)
-            for a in self._by_id.values()
+            a.active(now_us) and a.covers((device_id, alias), metric) for a in self._by_id.values()
         )
+
+
+class Follower:
+    """Reads the on-demand topic from its start into an `Activations`, then follows it.
+
+    No consumer group takes part: every producer process reads every partition, from the
+    beginning (the topic is compacted, so that is the current set plus recent changes).
+    """
+
+    def __init__(
+        self, bootstrap: str, topic: str, activations: Activations, logger: logging.Logger
+    ) -> None:
+        self.topic = topic
+        self.activations = activations
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                # required by the client; assign() below never joins or commits to it
+                "group.id": "jobscope-producers-ondemand",
+                "enable.auto.commit": False,
+                "logger": logger,
+            }
+        )
+        self._bad: set[str] = set()
+
+    async def run(self) -> None:
+        """Follow the topic until cancelled; waits (logging once) while it does not exist."""
+        try:
+            await self._assign()
+            while True:
+                messages = self._consumer.consume(_BATCH, timeout=0)
+                for message in messages:
+                    self._apply(message)
+                if len(messages) < _BATCH:
+                    await asyncio.sleep(_FOLLOW_INTERVAL_S)
+        finally:
+            self._consumer.close()
+
+    async def _assign(self) -> None:
+        warned = False
+        while True:
+            metadata = await asyncio.to_thread(self._consumer.list_topics, self.topic, 10)
+            topic = metadata.topics.get(self.topic)
+            if topic is not None and topic.error is None and topic.partitions:
+                self._consumer.assign(
+                    [TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in topic.partitions]
+                )
+                log.info("following on-demand activations on topic %s", self.topic)
+                return
+            if not warned:
+                warned = True
+                log.warning(
+                    "on-demand topic %s not found yet; optional metrics stay off", self.topic
+                )
+            await asyncio.sleep(_RETRY_S)
+
+    def _apply(self, message: Message) -> None:
+        if message.error() is not None:
+            log.warning("on-demand topic: %s", message.error().str())
+            return
+        key = (message.key() or b"").decode(errors="replace")
+        value = message.value()
+        if not value:
+            self.activations.remove(key)
+            log.info("on-demand activation removed: %s", key)
+            return
+        try:
+            activation = parse_activation(key, value)
+        except ValueError as exc:
+            if key not in self._bad:
+                self._bad.add(key)
+                log.error("on-demand activation %s ignored: %s", key, exc)
+            return
+        self._bad.discard(key)
+        self.activations.put(activation)
+        log.info(
+            "on-demand activation %s: devices %s, metrics %s, until %s",
+            key,
+            ",".join(sorted(activation.devices)),
+            activation.pattern.pattern if activation.pattern else "(all)",
+            "removed" if activation.until_us is None else _iso(activation.until_us),
+        )
+
+
+def _iso(timestamp_us: int) -> str:
+    return datetime.fromtimestamp(timestamp_us / 1e6, UTC).isoformat()

@@ -36,8 +36,10 @@ def status(settings: StackSettings) -> bool:
     where = {
         "kafka": f"kafka://{settings.kafka_bootstrap} (topics readings, jobs, ondemand)",
         "clickhouse": f"{settings.clickhouse_url} (HTTP interface; users jobscope, reader)",
-        "producers": f"polling {settings.devices_file.name} -> topic readings",
-        "simulators": "snmpsim 127.0.0.1:11161, snmpd (v3) :11162, ipmi_sim :9001 (udp)",
+        "producers": f"polling {settings.devices_file.name} -> topic readings; "
+        f"http://{settings.host}:{settings.producer_metrics_port}/metrics",
+        "simulators": "snmpsim 127.0.0.1:11161, snmpd (v3) :11162, ipmi_sim :9001 (udp); "
+        "node_exporter :11100, wattmetres :12001-12002 (tcp)",
         "api": f"{settings.api_url} (REST; /docs, /health)",
     }
     all_running = True

@@ -22,6 +22,9 @@ class StackSettings(BaseSettings):
     kafka_heap: str = Field("1g", description="JVM heap of the broker")
     clickhouse_port: int = 8123
     api_port: int = 8000
+    producer_metrics_port: int = Field(
+        9464, description="the producers' Prometheus /metrics (plus the shard index)"
+    )
     devices_file: Path = Field(
         REPO_ROOT / "producers" / "config" / "demo.yaml",
         description="device configuration the demo producer polls",

@@ -4,6 +4,7 @@
 #   snmpd, snmp          a real SNMP agent (v2c and v3) and its command-line tools
 #   openipmi, ipmitool   ipmi_sim, a real IPMI 2.0 BMC on LAN (lanplus), and its client
 #   freeipmi-tools       ipmi-sensors, which the IPMI plugin runs (as Kwollect does)
+#   prometheus-node-exporter  a real Prometheus exporter (stack/simulators/node_exporter.py)
 #   python3-venv/-gdbm   the separate venv of snmpsim (stack/simulators/snmpsim.py)
 set -eu
 
@@ -16,6 +17,7 @@ have snmpget || need="$need snmp"
 have ipmi_sim || need="$need openipmi"
 have ipmitool || need="$need ipmitool"
 [ -x /usr/sbin/ipmi-sensors ] || have ipmi-sensors || need="$need freeipmi-tools"
+[ -x /usr/bin/prometheus-node-exporter ] || need="$need prometheus-node-exporter"
 /usr/bin/python3 -c 'import dbm.gnu, venv, ensurepip' 2>/dev/null || need="$need python3-venv python3-gdbm"
 
 [ -z "$need" ] && exit 0
@@ -25,3 +27,8 @@ echo "installing Debian packages:$need"
 $SUDO apt-get update -qq
 # shellcheck disable=SC2086
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $need
+# The package starts a system service on every interface (:9100); jobscope runs its own on
+# loopback, so a service installed here is stopped and disabled.
+case "$need" in *prometheus-node-exporter*)
+    [ ! -d /run/systemd/system ] || $SUDO systemctl disable --now prometheus-node-exporter.service || true ;;
+esac

@@ -29,6 +29,13 @@ def wait_until(check: Callable[[], bool], timeout: float, what: str, interval: f
         time.sleep(interval)
 
 
+def free_port(kind: int = socket.SOCK_STREAM) -> int:
+    """A port nothing listens on now on 127.0.0.1 (TCP by default), picked by the kernel."""
+    with socket.socket(socket.AF_INET, kind) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 def port_in_use(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.settimeout(1)

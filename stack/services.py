@@ -29,6 +29,8 @@ def component_env(settings: StackSettings) -> dict[str, str]:
         "JOBSCOPE_CLICKHOUSE_ENGINE_LOG_FILE": str(settings.log_dir / "clickhouse-engine.log"),
         "JOBSCOPE_API_HOST": settings.host,
         "JOBSCOPE_API_PORT": str(settings.api_port),
+        "JOBSCOPE_METRICS_PORT": str(settings.producer_metrics_port),
+        "JOBSCOPE_SPOOL_ROOT": str(settings.state_dir / "producer-spool"),
         "JOBSCOPE_RETENTION_DAYS": str(settings.retention_days),
         "PYTHONUNBUFFERED": "1",
     }

@@ -32,6 +32,7 @@ def stack_settings() -> StackSettings:
         kafka_heap="512m",
         clickhouse_port=18123 + shift,
         api_port=18000 + shift,
+        producer_metrics_port=19464 + shift,
     )
 
 

@@ -10,8 +10,10 @@ import orjson
 from fastapi import APIRouter, Body, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from api import ondemand
 from api.auth import Role, require
 from api.deps import ClickHouseDep
+from api.errors import Conflict
 from api.jobs import get_job, merged, write_job
 from api.params import parse_devices, parse_time
 from api.queries.catalog import catalog_query
@@ -26,6 +28,9 @@ from api.schemas import (
     JobFields,
     JobState,
     JobSummary,
+    OnDemand,
+    OnDemandRemoved,
+    OnDemandRequest,
     Reading,
 )
 from api.scope import EVERYTHING, job_selection, with_aliases
@@ -223,3 +228,64 @@ def get_job_catalog(clickhouse: ClickHouseDep, job_id: JobId) -> list[CatalogEnt
         return []
     sql, params = catalog_query(selection)
     return [CatalogEntry(**row) for row in clickhouse.query(sql, parameters=params).named_results()]
+
+
+@router.post(
+    "/{job_id}/on-demand",
+    operation_id="activate_on_demand",
+    status_code=202,
+    response_model=OnDemand,
+    responses={
+        400: {"model": ErrorBody},
+        401: {"model": ErrorBody},
+        403: {"model": ErrorBody},
+        404: {"model": ErrorBody},
+        409: {"model": ErrorBody, "description": "the job has ended, or has no nodes yet"},
+        503: {"model": ErrorBody, "description": "Kafka did not take the write: nothing changed"},
+    },
+    summary="Switch on optional metrics for a job's nodes (scheduler or admin token)",
+)
+def activate_on_demand(
+    request: Request,
+    _role: Writer,
+    clickhouse: ClickHouseDep,
+    job_id: JobId,
+    asked: Annotated[
+        OnDemandRequest,
+        Body(
+            openapi_examples={
+                "wattmeters": {
+                    "summary": "the 50 Hz wattmeter readings of the job's nodes",
+                    "value": {"metrics": "wattmetre_power_watt"},
+                },
+                "all": {"summary": "every optional metric", "value": {}},
+            }
+        ),
+    ],
+) -> OnDemand:
+    """The optional metrics matching `metrics` (from the start of their name, as Kwollect's
+    `oarsub -t monitor='<regexp>'`) are polled on the job's nodes and the devices measuring
+    them (`_device_alias`) until the job ends (or `until`); the producers follow within
+    seconds. A new call replaces the job's previous activation."""
+    job = get_job(clickhouse, job_id)
+    if ondemand.ended(job):
+        raise Conflict(f"job {job_id} has ended: nothing to activate")
+    if not job.nodes:
+        raise Conflict(f"job {job_id} has no nodes yet")
+    active = ondemand.activation(job, asked.metrics, asked.until)
+    app = request.app.state
+    ondemand.publish(app.kafka, app.settings, active)
+    return active
+
+
+@router.delete(
+    "/{job_id}/on-demand",
+    operation_id="deactivate_on_demand",
+    response_model=OnDemandRemoved,
+    responses={401: {"model": ErrorBody}, 403: {"model": ErrorBody}, 503: {"model": ErrorBody}},
+    summary="Switch a job's optional metrics off (scheduler or admin token)",
+)
+def deactivate_on_demand(request: Request, _role: Writer, job_id: JobId) -> OnDemandRemoved:
+    app = request.app.state
+    ondemand.withdraw(app.kafka, app.settings, job_id)
+    return OnDemandRemoved(id=ondemand.activation_key(job_id), job_id=job_id)

@@ -16,7 +16,8 @@ from pathlib import Path
 
 from producers.entry import DeviceEntry
 from producers.plugins.ipmisensor.plugin import IpmiSensorPlugin
-from stack.simulators.ipmi import SENSORS, IpmiSim, free_port
+from stack.processes import free_port
+from stack.simulators.ipmi import SENSORS, IpmiSim
 
 BMCS = 4
 USER, PASSWORD = "root", "calvin"

@@ -42,15 +42,16 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.systems.base import dpkg_version, free_port, wait_for
+from bench.polling.cpu import Window
+from bench.polling.kwollect import KWOLLECT_TABLES, kwollect_venv
+from bench.systems.base import dpkg_version, wait_for
 from stack.config import REPO_ROOT
-from stack.processes import stop_child
+from stack.processes import free_port, stop_child
 from stack.simulators.snmpd import Snmpd
-from stack.venvs import pinned_venv
 
 log = logging.getLogger("bench.snmp")
 
@@ -88,88 +89,6 @@ MEASURE_S = {True: 60, False: 180}
 WARMUP_S = {True: 10, False: 20}
 START_TIMEOUT_S = 120.0
 EXPORTER = "/usr/bin/prometheus-snmp-exporter"
-KWOLLECT_REQUIREMENTS = Path(__file__).resolve().parent / "kwollect-requirements.txt"
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-# -- CPU accounting ------------------------------------------------------------------------
-
-
-def _stat(pid: int) -> list[str]:
-    """Fields of /proc/<pid>/stat after the command name (field 3 is index 0)."""
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()
-
-
-def _children() -> dict[int, list[int]]:
-    tree: dict[int, list[int]] = {}
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            with contextlib.suppress(FileNotFoundError, IndexError, ProcessLookupError):
-                tree.setdefault(int(_stat(int(entry.name))[1]), []).append(int(entry.name))
-    return tree
-
-
-def cpu_seconds(pid: int) -> float:
-    """CPU seconds (user + system, all threads) of `pid`, its live descendants and the
-    children they reaped; 0 for a process that is gone."""
-    tree = _children()
-    total, todo = 0, [pid]
-    while todo:
-        p = todo.pop()
-        with contextlib.suppress(FileNotFoundError, IndexError, ProcessLookupError):
-            fields = _stat(p)
-            total += sum(int(fields[i]) for i in (11, 12, 13, 14))  # utime stime cutime cstime
-        todo += tree.get(p, [])
-    return total / CLK_TCK
-
-
-def _machine_ticks() -> tuple[int, int]:
-    """(busy, total) jiffies of all CPUs from /proc/stat."""
-    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = values[3] + values[4]  # idle + iowait
-    return sum(values) - idle, sum(values)
-
-
-@dataclass
-class Window:
-    """CPU of the collector, its sink, the agents and the machine over one measurement."""
-
-    collector: int
-    sink: list[int]
-    agents: list[int]
-    t0: float = 0.0
-    t1: float = 0.0
-    cpu: dict[str, Any] = field(default_factory=dict)
-
-    def _sample(self) -> dict[str, Any]:
-        return {
-            "collector": cpu_seconds(self.collector),
-            "sink": sum(cpu_seconds(p) for p in self.sink),
-            "agents": [cpu_seconds(p) for p in self.agents],
-            "machine": _machine_ticks(),
-        }
-
-    def run(self, seconds: float) -> None:
-        before = self._sample()
-        self.t0 = time.time()
-        time.sleep(seconds)
-        after = self._sample()
-        self.t1 = time.time()
-        span = self.t1 - self.t0
-        agents = [b - a for a, b in zip(before["agents"], after["agents"], strict=True)]
-        busy = after["machine"][0] - before["machine"][0]
-        total = after["machine"][1] - before["machine"][1]
-        self.cpu = {
-            "collector_cpu_s": round(after["collector"] - before["collector"], 2),
-            "collector_cpu_cores": round((after["collector"] - before["collector"]) / span, 3),
-            "sink_cpu_cores": round((after["sink"] - before["sink"]) / span, 3)
-            if self.sink
-            else None,
-            "agents_cpu_cores": round(sum(agents) / span, 3),
-            "agent_max_cpu_cores": round(max(agents) / span, 3),
-            "machine_busy_fraction": round(busy / total, 3) if total else None,
-            "window_s": round(span, 2),
-        }
 
 
 # -- the fleet -----------------------------------------------------------------------------
@@ -319,6 +238,7 @@ def _jobscope(
         kafka_heap="512m",
         clickhouse_port=free_port(),
         api_port=free_port(),
+        producer_metrics_port=free_port(),
     )
     services.stop_all(settings)
     shutil.rmtree(settings.state_dir, ignore_errors=True)
@@ -534,31 +454,6 @@ def _exporter(
 
 
 # -- kwollector --------------------------------------------------------------------------------
-
-
-def kwollect_venv(state_dir: Path) -> Path:
-    """A venv with kwollect and its pinned dependencies (installed once per requirements)."""
-    log.info("kwollect's venv: %s", state_dir / "kwollect-venv")
-    # No `pip check`: kwollect declares psycopg2-binary, which kwollector never imports.
-    return pinned_venv(
-        state_dir / "kwollect-venv", KWOLLECT_REQUIREMENTS, Path(sys.executable), check=False
-    )
-
-
-KWOLLECT_TABLES = """
-CREATE TABLE metrics (
-  timestamp   TIMESTAMPTZ       DEFAULT NOW(),
-  device_id   TEXT              NOT NULL,
-  metric_id   TEXT              NOT NULL,
-  value       DOUBLE PRECISION  DEFAULT 'NaN',
-  labels      JSONB             DEFAULT '{}'::JSONB
-);
-CREATE INDEX metrics_device_idx ON metrics(device_id, timestamp DESC);
-CREATE TABLE promoted_metrics (
-  device_id   TEXT              NOT NULL,
-  metric_id   TEXT              DEFAULT NULL
-);
-"""
 
 
 def _kwollector(

@@ -42,7 +42,7 @@ from confluent_kafka import KafkaError, Message, Producer
 from bench import payloads
 from bench.dataset import US, Dataset, utc
 from bench.systems import jobscope_api
-from bench.systems.base import Ingest, Selection, System, free_port, run_parallel, wait_for
+from bench.systems.base import Ingest, Selection, System, run_parallel, wait_for
 from clickhouse.migrate import MigrationSettings, apply_migrations, render
 from producers.config import ProducerSettings
 from producers.message import READING_STRUCTURE, header, pack
@@ -50,6 +50,7 @@ from producers.publisher import producer_config
 from producers.reading import Reading
 from stack import services, topics
 from stack.config import StackSettings
+from stack.processes import free_port
 
 log = logging.getLogger("bench.jobscope")
 
@@ -101,6 +102,7 @@ class Jobscope(System):
             kafka_controller_port=free_port(),
             clickhouse_port=free_port(),
             api_port=free_port(),
+            producer_metrics_port=free_port(),
             retention_days=RETENTION_DAYS,
         )
         self.admin: Client | None = None

@@ -19,8 +19,8 @@ import psycopg
 
 from bench import payloads
 from bench.dataset import US, Dataset, utc
-from bench.systems.base import Ingest, Selection, System, dpkg_version, free_port, run_parallel
-from stack.processes import shared_dir
+from bench.systems.base import Ingest, Selection, System, dpkg_version, run_parallel
+from stack.processes import free_port, shared_dir
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 PARTITION_S = 2 * 3600

@@ -22,10 +22,10 @@ from bench.systems.base import (
     System,
     apparent_size,
     dpkg_version,
-    free_port,
     run_parallel,
     wait_for,
 )
+from stack.processes import free_port
 
 BINARY = "victoria-metrics"
 CSV_FORMAT = "1:time:unix_ms,2:label:device,3:label:__name__,4:metric:value"

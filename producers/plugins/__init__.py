@@ -9,11 +9,21 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 from producers.plugins.base import Plugin
+from producers.plugins.file.plugin import FilePlugin
 from producers.plugins.ipmisensor.plugin import IpmiSensorPlugin
+from producers.plugins.prometheus.plugin import PrometheusPlugin
 from producers.plugins.snmp.plugin import SnmpPlugin
 from producers.plugins.tester.plugin import TesterPlugin
+from producers.plugins.wattmeter.plugin import WattmeterPlugin
 
-_PLUGINS: tuple[type[Plugin], ...] = (IpmiSensorPlugin, SnmpPlugin, TesterPlugin)
+_PLUGINS: tuple[type[Plugin], ...] = (
+    FilePlugin,
+    IpmiSensorPlugin,
+    PrometheusPlugin,
+    SnmpPlugin,
+    TesterPlugin,
+    WattmeterPlugin,
+)
 PLUGINS: dict[str, type[Plugin]] = {plugin.scheme: plugin for plugin in _PLUGINS}
 
 

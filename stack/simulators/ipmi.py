@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from string import Template
 
+from stack.processes import free_port
 from stack.simulators.base import ChildProcess
 
 IPMI_SIM = "/usr/bin/ipmi_sim"
@@ -62,13 +63,6 @@ SENSORS: tuple[SimSensor, ...] = (
     SimSensor(14, "PS2 Pwr", "Current", "W", 4, None),
 )
 """What `ipmi/bmc.emu` defines, in record order (a test reads them back)."""
-
-
-def free_port(kind: int = socket.SOCK_STREAM) -> int:
-    """A port nothing listens on now (TCP by default), picked by the kernel."""
-    with socket.socket(socket.AF_INET, kind) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def ping(address: str, port: int, timeout: float = 0.2) -> bool:

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -26,9 +27,10 @@ from producers.reading import Reading
 from producers.runtime import now_us
 from stack import services
 from stack.config import StackSettings
-from stack.processes import wait_until
+from stack.processes import free_port, wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+SELF_DEVICE = "jobscope-producer-0"
 PERIOD_US = 200_000
 ALIGNMENT_TOLERANCE_US = 50_000
 """How late after its tick a poll may start on a busy 2-core machine."""
@@ -128,6 +130,11 @@ class TopicReader:
 @dataclass(frozen=True)
 class Run:
     messages: list[Received]
+    """The messages of the tester devices."""
+    self_readings: list[Reading]
+    """The producer's self-monitoring readings (device jobscope-producer-0)."""
+    exposed: str
+    """What its /metrics endpoint served during the run."""
     log: str
     returncode: int
     flap_hung_us: tuple[int, int]
@@ -158,6 +165,9 @@ def _start_producers(
         **os.environ,
         "JOBSCOPE_KAFKA_BOOTSTRAP": kafka,
         "JOBSCOPE_READINGS_TOPIC": topic,
+        # no /metrics endpoint, no self-monitoring readings, unless a test asks for them
+        "JOBSCOPE_METRICS_PORT": "0",
+        "JOBSCOPE_SELF_INTERVAL_S": "3600",
         **{f"JOBSCOPE_{name.upper()}": value for name, value in settings.items()},
     }
     log_file = tmp_path / "producers.log"
@@ -177,10 +187,19 @@ def run(kafka: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     tmp = tmp_path_factory.mktemp("producers")
     flap = tmp / "node-flap.hang"
     topic = _create_topic(kafka)
+    metrics_port = free_port()
     proc, log_file = _start_producers(
-        kafka, topic, tmp, DEVICES.format(flap=flap), linger_ms="500", stats_interval_s="1"
+        kafka,
+        topic,
+        tmp,
+        DEVICES.format(flap=flap),
+        linger_ms="500",
+        stats_interval_s="1",
+        self_interval_s="1",
+        metrics_port=str(metrics_port),
     )
     reader = TopicReader(kafka, topic)
+    exposed = ""
     try:
         wait_until(
             lambda: len(reader.of("node-flap")) >= 3 and len(reader.of("node-b")) >= 3,
@@ -201,6 +220,7 @@ def run(kafka: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             10,
             "node-flap to recover",
         )
+        exposed = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).text
         proc.send_signal(signal.SIGTERM)
         returncode = proc.wait(timeout=20)
         reader.drain()
@@ -209,14 +229,18 @@ def run(kafka: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             proc.kill()
             proc.wait()
         reader.consumer.close()
-    yield Run(reader.messages, log_file.read_text(), returncode, (hang_from, hang_until))
+    tester = [m for m in reader.messages if m.key != SELF_DEVICE]
+    self_readings = [r for m in reader.messages if m.key == SELF_DEVICE for r in m.readings]
+    yield Run(
+        tester, self_readings, exposed, log_file.read_text(), returncode, (hang_from, hang_until)
+    )
 
 
 def _final_counts(log: str) -> tuple[int, int]:
     """(messages, readings) delivered according to the last log line; none failed or left."""
     stopped = re.search(
         r"stopped: (\d+) messages queued, (\d+) delivered \((\d+) readings\), "
-        r"0 failed, 0 undelivered",
+        r"0 failed, 0 kept in the spool for the next start, 0 dropped",
         log,
     )
     assert stopped, log
@@ -247,7 +271,35 @@ def assert_tester_values(reader: TopicReader) -> None:
 
 def test_sigterm_exits_0_and_every_message_reached_the_topic(run: Run) -> None:
     assert run.returncode == 0, run.log
-    assert _final_counts(run.log) == (len(run.messages), sum(len(m.readings) for m in run.messages))
+    self_messages = len({r.timestamp_us for r in run.self_readings})
+    assert _final_counts(run.log) == (
+        len(run.messages) + self_messages,
+        sum(len(m.readings) for m in run.messages) + len(run.self_readings),
+    )
+
+
+def test_collection_health_is_served_on_metrics_and_as_readings(run: Run) -> None:
+    """Per plugin and device: polls, errors, timeouts; the gauges of the process."""
+    assert 'jobscope_producer_polls_total{device="node-a",plugin="tester"}' in run.exposed
+    assert "jobscope_producer_tick_lateness_seconds_bucket" in run.exposed
+    assert "jobscope_producer_messages_awaiting_delivery" in run.exposed
+
+    def last(metric: str, device: str) -> float:
+        values = [
+            r.value
+            for r in run.self_readings
+            if r.metric_id == metric and r.labels.get("device") == device
+        ]
+        assert values, (metric, device)
+        return values[-1]
+
+    assert last("jobscope_producer_polls_total", "node-b") >= 5
+    assert last("jobscope_producer_poll_errors_total", "node-fail") >= 5
+    assert last("jobscope_producer_poll_timeouts_total", "node-hang") >= 5
+    assert last("jobscope_producer_poll_errors_total", "node-b") == 0
+    assert last("jobscope_producer_readings_total", "node-b") >= 10
+    gauges = {r.metric_id for r in run.self_readings if not r.labels}
+    assert {"jobscope_producer_groups", "jobscope_producer_entries_polled"} <= gauges
 
 
 def test_each_tick_of_a_device_group_is_one_message_keyed_by_device(run: Run) -> None:
@@ -370,10 +422,45 @@ def test_sigterm_flushes_what_the_client_still_held(kafka: str, tmp_path: Path) 
     finally:
         close(proc, reader)
     log = log_file.read_text()
-    flushing = re.search(r"stopping: polling stopped, flushing (\d+) messages", log)
+    flushing = re.search(r"stopping: polling stopped, delivering (\d+) messages", log)
     assert flushing and int(flushing[1]) >= 3, log
     assert _final_counts(log) == (len(reader.messages), 3 * len(reader.messages))
     assert_tester_values(reader)
+
+
+def test_shards_split_the_devices_between_processes(kafka: str, tmp_path: Path) -> None:
+    """Two processes with `--shard 0/2` and `1/2` on one devices file: each device is
+    published by exactly one of them, and together they publish them all."""
+    expected = {f"shard-{i}" for i in range(12)}
+    devices = "".join(
+        f"- {{name: m, device_id: {d}, url: 'tester://', update_every: 200}}\n"
+        for d in sorted(expected)
+    )
+    procs = []
+    for index in range(2):
+        (tmp_path / str(index)).mkdir()
+        topic = _create_topic(kafka)
+        proc, log_file = _start_producers(
+            kafka, topic, tmp_path / str(index), devices, shard=f"{index}/2"
+        )
+        procs.append((proc, log_file, TopicReader(kafka, topic)))
+
+    def every_device_seen() -> bool:
+        for _, _, reader in procs:
+            reader.fetch()
+        return {m.key for _, _, reader in procs for m in reader.messages} == expected
+
+    try:
+        wait_until(every_device_seen, 30, "every device published")
+        for proc, log_file, reader in procs:
+            stop_and_drain(proc, log_file, reader)
+    finally:
+        for proc, _, reader in procs:
+            close(proc, reader)
+    owned = [{m.key for m in reader.messages} for _, _, reader in procs]
+    assert owned[0] and owned[1] and not owned[0] & owned[1]
+    for (_, log_file, _), mine in zip(procs, owned, strict=True):
+        assert f"of 12 entries ({len(mine)} of 12 devices)" in log_file.read_text()
 
 
 @pytest.mark.slow

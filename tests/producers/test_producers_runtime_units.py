@@ -13,9 +13,8 @@ import pytest
 
 from producers.config import ProducerSettings
 from producers.entry import DeviceEntry
-from producers.message import unpack
-from producers.publisher import DeliveryCounters
 from producers.runtime import Runtime, build_groups, next_tick_us
+from tests.producers.conftest import RecordingPublisher
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -55,43 +54,22 @@ def test_optional_entries_are_not_polled() -> None:
     assert [e.name for g in groups for m in g.members for e in m.entries] == ["a"]
 
 
-class SlowPublisher:
-    """Stands in for a Kafka client whose queue is full: its second publish takes 250 ms."""
-
-    def __init__(self) -> None:
-        self.counters = DeliveryCounters()
-        self.fatal_error = None
-        self.timestamps: list[int] = []
-
-    async def publish(self, device_id: str, payload: bytes, readings: int) -> None:
-        self.timestamps.append(unpack(payload)[0].timestamp_us)
-        if len(self.timestamps) == 2:
-            await asyncio.sleep(0.25)
-
-    def serve_callbacks(self) -> None:
-        pass
-
-    def undelivered(self) -> int:
-        return 0
-
-
 def test_an_overrunning_tick_skips_to_the_next_aligned_tick(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    publisher = SlowPublisher()
-    groups = build_groups([entry("node-1", "a", 100)])
-    runtime = Runtime(groups, publisher, ProducerSettings())  # type: ignore[arg-type]
+    publisher = RecordingPublisher(slow_publish=2)
+    runtime = Runtime([entry("node-1", "a", 100)], publisher, ProducerSettings())  # type: ignore[arg-type]
 
     async def scenario() -> None:
         stop = asyncio.Event()
         running = asyncio.create_task(runtime.run(stop))
-        while len(publisher.timestamps) < 5:
+        while len(publisher.sent) < 5:
             await asyncio.sleep(0.05)
         stop.set()
         await asyncio.wait_for(running, timeout=5)
 
     asyncio.run(scenario())
-    ticks = [timestamp // 100_000 for timestamp in publisher.timestamps]
+    ticks = [timestamp // 100_000 for _, timestamp in publisher.sent]
     gaps = [later - earlier for earlier, later in itertools.pairwise(ticks)]
     missed = runtime.counters.missed_ticks
     assert missed >= 2  # the slow publish ended 2.5 periods after its tick

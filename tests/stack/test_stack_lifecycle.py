@@ -45,6 +45,7 @@ def test_up_down_up(tmp_path: Path) -> None:
         kafka_controller_port=19093 + SHIFT,
         clickhouse_port=18123 + SHIFT,
         api_port=18000 + SHIFT,
+        producer_metrics_port=19464 + SHIFT,
     )
     services.stop_all(settings)
     shutil.rmtree(state, ignore_errors=True)
@@ -60,6 +61,7 @@ def test_up_down_up(tmp_path: Path) -> None:
         "JOBSCOPE_KAFKA_HEAP": "512m",
         "JOBSCOPE_CLICKHOUSE_PORT": str(settings.clickhouse_port),
         "JOBSCOPE_API_PORT": str(settings.api_port),
+        "JOBSCOPE_PRODUCER_METRICS_PORT": str(settings.producer_metrics_port),
         "JOBSCOPE_DEVICES_FILE": str(devices),
     }
     ports = (
@@ -67,12 +69,17 @@ def test_up_down_up(tmp_path: Path) -> None:
         settings.kafka_controller_port,
         settings.clickhouse_port,
         settings.api_port,
+        settings.producer_metrics_port,
     )
     try:
         up = run_stack("up", env)
         assert up.returncode == 0, up.stdout + up.stderr
         assert settings.api_url in up.stdout and "log:" in up.stdout
         wait_until(lambda: served(settings.api_url, "up-1") >= 30, 60, "readings of up-1")
+        metrics_url = f"http://{settings.host}:{settings.producer_metrics_port}/metrics"
+        assert metrics_url in up.stdout
+        exposed = httpx.get(metrics_url, timeout=10).text
+        assert 'jobscope_producer_polls_total{device="up-1",plugin="tester"}' in exposed
         pids = {name: services.process(settings, name).pid() for name in services.STOP_ORDER}
         assert all(pids.values()), pids
 

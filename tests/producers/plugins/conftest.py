@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from stack.config import REPO_ROOT
+from stack.simulators.node_exporter import NodeExporter
 from stack.simulators.snmpd import Snmpd, V3User
 from stack.simulators.snmpsim import SnmpSim
 
@@ -51,3 +52,13 @@ def second_snmpd(agents_dir: Path) -> Iterator[Snmpd]:
     agent.start()
     yield agent
     agent.stop()
+
+
+@pytest.fixture
+def node_exporter(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeExporter]:
+    """Debian's node_exporter on 127.0.0.1:19000+shift, its textfile folder empty; one per
+    test (~0.1 s to start), so that a test may pause it or fill its textfiles."""
+    exporter = NodeExporter(tmp_path_factory.mktemp("node-exporter"), 19000 + SHIFT)
+    exporter.start()
+    yield exporter
+    exporter.stop()

@@ -17,7 +17,8 @@ from producers.plugins import plugin_for
 from producers.plugins.base import Skips
 from producers.plugins.ipmisensor import plugin as ipmi
 from producers.runtime import build_groups
-from stack.simulators.ipmi import IPMI_SIM, SENSORS, IpmiSim, free_port
+from stack.processes import free_port
+from stack.simulators.ipmi import IPMI_SIM, SENSORS, IpmiSim
 
 SAMPLE = Path(ipmi.__file__).parent / "sample.yaml"
 PASSWORD = "s3cret-pw"

@@ -15,15 +15,14 @@ import yaml
 
 from producers.config import ProducerSettings, load_devices
 from producers.entry import DeviceEntry
-from producers.message import unpack
 from producers.plugins.base import Plugin, Skips
 from producers.plugins.snmp.client import AgentUnavailable
 from producers.plugins.snmp.options import parse
-from producers.publisher import DeliveryCounters
 from producers.reading import Reading
 from producers.runtime import Runtime, build_groups
 from stack.simulators.snmpd import Snmpd
 from stack.simulators.snmpsim import SnmpSim
+from tests.producers.conftest import RecordingPublisher
 
 from .conftest import V3
 
@@ -288,25 +287,6 @@ def test_oids_of_one_agent_travel_in_as_few_requests_as_allowed(
     assert len(readings) >= 25  # some ifTable columns are not numbers or absent
 
 
-class RecordingPublisher:
-    """Stands in for the Kafka client (the subject here is the runtime's schedule): keeps
-    each message's device and timestamp."""
-
-    def __init__(self) -> None:
-        self.counters = DeliveryCounters()
-        self.fatal_error = None
-        self.sent: list[tuple[str, int]] = []
-
-    async def publish(self, device_id: str, payload: bytes, readings: int) -> None:
-        self.sent.append((device_id, unpack(payload)[0].timestamp_us))
-
-    def serve_callbacks(self) -> None:
-        pass
-
-    def undelivered(self) -> int:
-        return 0
-
-
 def test_a_device_that_stops_answering_never_delays_the_others(
     snmpsim: SnmpSim, snmpd: Snmpd, second_snmpd: Snmpd, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -334,7 +314,7 @@ def test_a_device_that_stops_answering_never_delays_the_others(
         update_every=period_ms,
     )
     publisher = RecordingPublisher()
-    runtime = Runtime(build_groups([*live, dying]), publisher, ProducerSettings())  # type: ignore[arg-type]
+    runtime = Runtime([*live, dying], publisher, ProducerSettings())  # type: ignore[arg-type]
 
     paused: list[int] = []
 

@@ -1,0 +1,77 @@
+"""On-demand metrics of jobs: the activations the API publishes on the on-demand topic.
+
+The topic's format is producers/ondemand.py's (the producers read it); a job's activation
+is keyed `job/<job_id>`, covers the job's nodes (the producers add the devices that measure
+them, `_device_alias`), and lasts until the job ends: every job write that ends the job
+publishes a tombstone for it. Two ways in:
+- `POST /api/jobs/{id}/on-demand` with a metric pattern;
+- Kwollect's way: an OAR job of type `monitor` or `monitor=<regexp>` (the OAR hook sends the
+  job types as the label `types`), activated when the job is written as running.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+
+import orjson
+
+from api.config import ApiSettings
+from api.kafka import KafkaPublisher
+from api.params import iso
+from api.schemas import Job, JobCreate, JobState, OnDemand
+
+MONITOR_TYPE = re.compile(r"^monitor(?:=(.*))?$")
+
+
+def activation_key(job_id: str) -> str:
+    return f"job/{job_id}"
+
+
+def monitor_types(labels: dict[str, str] | None) -> tuple[bool, str | None]:
+    """Whether the OAR job types in `labels["types"]` ask for on-demand metrics, and which:
+    a regexp (the alternatives of several `monitor=` types), or None for every metric
+    (`monitor` alone)."""
+    types = (labels or {}).get("types", "")
+    patterns = [m[1] for t in types.split(",") if (m := MONITOR_TYPE.match(t.strip()))]
+    if not patterns or any(not p for p in patterns):
+        return bool(patterns), None
+    return True, "|".join(f"(?:{p})" for p in patterns)
+
+
+def ended(job: JobCreate | Job) -> bool:
+    if job.state in (JobState.TERMINATED, JobState.ERROR):
+        return True
+    return job.end is not None and job.end <= iso(datetime.now(UTC).replace(tzinfo=None))
+
+
+def activation(job: JobCreate | Job, metrics: str | None, until: str | None) -> OnDemand:
+    """The activation of `job`'s nodes: until `until`, or the job's end if it is known."""
+    ends = [t for t in (until, job.end) if t is not None]
+    return OnDemand(
+        id=activation_key(job.job_id),
+        job_id=job.job_id,
+        devices=list(job.nodes or []),
+        metrics=metrics,
+        until=min(ends) if ends else None,
+    )
+
+
+def publish(publisher: KafkaPublisher, settings: ApiSettings, active: OnDemand) -> None:
+    publisher.publish(settings.ondemand_topic, active.id, orjson.dumps(active.model_dump()))
+
+
+def withdraw(publisher: KafkaPublisher, settings: ApiSettings, job_id: str) -> None:
+    """The tombstone of a job's activation (harmless when it has none)."""
+    publisher.publish(settings.ondemand_topic, activation_key(job_id), None)
+
+
+def follow_job(publisher: KafkaPublisher, settings: ApiSettings, job: JobCreate) -> None:
+    """After a job write: switch its activation off when the job ended; switch it on when it
+    runs with an OAR `monitor` type."""
+    if ended(job):
+        withdraw(publisher, settings, job.job_id)
+        return
+    wanted, pattern = monitor_types(job.labels)
+    if wanted and job.state is JobState.RUNNING and job.nodes:
+        publish(publisher, settings, activation(job, pattern, None))

@@ -1,0 +1,1 @@
+"""Values users push as Prometheus textfiles (see README.md)."""

@@ -1,0 +1,203 @@
+"""What an entry keeps of an exposition and what its readings are: shared by `prometheus://`
+and `file://`, so that a value reads the same whether node_exporter serves it or the
+producer reads its file.
+
+- A sample is kept when its name is listed (`metrics`) or matches `match` (all samples when
+  neither is given), and its labels pass every `label.NAME=REGEX` (keep) and
+  `label.NAME!=REGEX` (drop) filter; names and labels as exposed.
+- Its reading is `<prefix><name>` (`prom_node_load1`, as Kwollect names them), with its
+  labels (but empty ones, which Prometheus reads as absent: see exposition.py) and the entry's
+  (which win: a clashing exposed label is kept as `exported_<name>`, as Prometheus does),
+  its value times the entry's scale_factor, at the tick's time or the sample's own.
+- Kwollect's convention: `kwollect_custom{_metric_id="<name>", _timestamp="<epoch s>", ...}`
+  becomes a reading named `<name>` (`<prefix>kwollect_custom` without one), at that time
+  (the tick's without one), its other labels kept plus `_metric_origin=prom_kwollect_custom`.
+- A sample with its own time is published once: while its time (and value) stays the same,
+  the next polls leave it out (a pushed value is not stored again at every tick).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from producers.plugins.base import Options, url_options
+from producers.plugins.prometheus.exposition import Sample
+from producers.reading import Reading
+
+if TYPE_CHECKING:
+    from producers.entry import DeviceEntry
+    from producers.plugins.base import Skips
+
+CUSTOM = "kwollect_custom"
+"""Kwollect's sample name for values users push through node_exporter's textfile collector."""
+CUSTOM_ORIGIN = {"_metric_origin": "prom_kwollect_custom"}
+"""The label Kwollect adds to such readings (same value for file://, same series)."""
+_CUSTOM_LABELS = frozenset(("_metric_id", "_timestamp"))
+_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_LABEL_KEY = re.compile(r"label\.([a-zA-Z_][a-zA-Z0-9_]*)(!?)")
+_MAX_SECONDS = 2**62 / 1e6
+_MAX_NAMES = 100_000
+
+
+class SelectOptions(BaseModel):
+    """The selection and naming options of a `prometheus://` or `file://` URL's query
+    string: `metrics=a,b`, `match=REGEX`, `label.NAME=REGEX`, `label.NAME!=REGEX`, `prefix=`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    metrics: frozenset[str] | None = Field(
+        None, description="sample names to keep, comma-separated in the URL"
+    )
+    match: re.Pattern[str] | None = Field(
+        None, description="keep samples whose whole name matches this regular expression"
+    )
+    keep_labels: Mapping[str, re.Pattern[str]] = Field(
+        default_factory=dict, description="label.NAME=REGEX: keep when the value matches"
+    )
+    drop_labels: Mapping[str, re.Pattern[str]] = Field(
+        default_factory=dict, description="label.NAME!=REGEX: drop when the value matches"
+    )
+    prefix: str = Field(
+        "prom_",
+        pattern=r"^([a-zA-Z_:][a-zA-Z0-9_:]*)?$",
+        description="put before every sample name (Kwollect's prom_)",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_query(cls, data: Any) -> Any:
+        """`metrics=a,b` as a set; `label.NAME=`/`label.NAME!=` keys as label filters."""
+        if not isinstance(data, dict):
+            return data
+        fields: dict[str, Any] = {}
+        keep: dict[str, str] = {}
+        drop: dict[str, str] = {}
+        for key, value in data.items():
+            label = _LABEL_KEY.fullmatch(key)
+            if label is not None:
+                (drop if label[2] else keep)[label[1]] = value
+            elif key == "metrics" and isinstance(value, str):
+                names = frozenset(n.strip() for n in value.split(",") if n.strip())
+                bad = sorted(n for n in names if not _NAME.fullmatch(n))
+                if bad or not names:
+                    raise ValueError(f"metrics: not metric names: {', '.join(bad) or '(none)'}")
+                fields["metrics"] = names
+            else:
+                fields[key] = value
+        if keep:
+            fields["keep_labels"] = keep
+        if drop:
+            fields["drop_labels"] = drop
+        return fields
+
+
+def query_options(url: str, model: type[Options]) -> Options:
+    """`url_options`, with `+` taken literally: query strings read it as a space, and
+    regular expressions need it (`match=node_.+`); a space is `%20`."""
+    parts = urlsplit(url)
+    return url_options(parts._replace(query=parts.query.replace("+", "%2B")).geturl(), model)
+
+
+class Selection:
+    """One entry's readings out of an exposition: the samples it keeps, named and labelled."""
+
+    def __init__(self, entry: DeviceEntry, options: SelectOptions, source: str) -> None:
+        self.device_id = entry.device_id
+        self.options = options
+        self.source = source
+        """Where the samples come from, for the log (a URL, a file)."""
+        self.scale = entry.scale_factor if entry.scale_factor is not None else 1.0
+        self.entry_labels = dict(entry.labels)
+        self._filtered = options.metrics is not None or options.match is not None
+        self._seen: set[tuple[object, ...]] = set()
+        """Samples with their own time published by the previous poll (not sent again)."""
+        self._ids: dict[str, str] = {}
+        """Sample name -> metric id (one string per metric, not one per reading)."""
+
+    def readings(self, samples: Sequence[Sample], timestamp_us: int, skips: Skips) -> list[Reading]:
+        """The readings of the kept samples; `timestamp_us` for those without a time."""
+        options = self.options
+        names, match = options.metrics, options.match
+        keep, drop = options.keep_labels, options.drop_labels
+        scale, device_id, metric_ids = self.scale, self.device_id, self._ids
+        entry_labels = self.entry_labels
+        listed_seen: set[str] = set()
+        seen: set[tuple[object, ...]] = set()
+        out: list[Reading] = []
+        for name, labels, value, own_us in samples:
+            if self._filtered:
+                if names is not None and name in names:
+                    listed_seen.add(name)
+                elif match is None or match.fullmatch(name) is None:
+                    continue
+            if keep and any(p.fullmatch(labels.get(k, "")) is None for k, p in keep.items()):
+                continue
+            if drop and any(p.fullmatch(labels.get(k, "")) is not None for k, p in drop.items()):
+                continue
+            if name == CUSTOM:
+                custom = self._custom(labels, skips)
+                if custom is None:
+                    continue
+                metric, labels, custom_us = custom
+                own_us = custom_us if custom_us is not None else own_us
+            else:
+                metric = metric_ids.get(name) or self._metric_id(name)
+            if entry_labels:
+                labels = self._with_entry_labels(labels)
+            if scale != 1.0:
+                value *= scale
+            if own_us is None:
+                out.append(Reading(timestamp_us, device_id, metric, value, labels))
+                continue
+            key = (metric, tuple(sorted(labels.items())), own_us, value)
+            seen.add(key)
+            if key not in self._seen:
+                out.append(Reading(own_us, device_id, metric, value, labels))
+        self._seen = seen
+        if names is not None and len(listed_seen) < len(names):
+            for name in sorted(names - listed_seen - {CUSTOM}):  # nothing pushed is no fault
+                skips.skip(device_id, f"{name} ({self.source})", "not in the exposition")
+        return out
+
+    def _metric_id(self, name: str) -> str:
+        if len(self._ids) >= _MAX_NAMES:
+            self._ids.clear()
+        metric = self._ids[name] = self.options.prefix + name
+        return metric
+
+    def _custom(
+        self, labels: dict[str, str], skips: Skips
+    ) -> tuple[str, dict[str, str], int | None] | None:
+        """A `kwollect_custom` sample's (metric, labels, time in µs or None); None, reported,
+        when its `_timestamp` is not a time."""
+        metric = labels.get("_metric_id") or self.options.prefix + CUSTOM
+        own_us = None
+        if stamp := labels.get("_timestamp"):
+            try:
+                seconds = float(stamp)
+            except ValueError:
+                seconds = math.nan
+            if not abs(seconds) < _MAX_SECONDS:
+                skips.skip(
+                    self.device_id,
+                    f"{CUSTOM} {metric} ({self.source})",
+                    f"_timestamp {stamp!r} is not a Unix time in seconds",
+                )
+                return None
+            own_us = round(seconds * 1_000_000)
+        kept = {k: v for k, v in labels.items() if k not in _CUSTOM_LABELS}
+        return metric, {**kept, **CUSTOM_ORIGIN}, own_us
+
+    def _with_entry_labels(self, labels: Mapping[str, str]) -> dict[str, str]:
+        """The entry's labels over the sample's; a clashing sample label becomes
+        `exported_<name>` (Prometheus's honor_labels: false)."""
+        ours = self.entry_labels
+        if labels.keys().isdisjoint(ours):
+            return {**labels, **ours}
+        return {**{(f"exported_{k}" if k in ours else k): v for k, v in labels.items()}, **ours}

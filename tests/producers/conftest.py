@@ -1,0 +1,34 @@
+"""What the producers' tests share."""
+
+from __future__ import annotations
+
+import asyncio
+
+from producers.message import unpack
+from producers.publisher import DeliveryCounters, QueueDepth
+
+
+class RecordingPublisher:
+    """Stands in for the Kafka client where the subject is the runtime's schedule: keeps
+    each message's device and timestamp. With `slow_publish=n`, the n-th publish takes
+    250 ms, as when the client's queue is full."""
+
+    def __init__(self, slow_publish: int | None = None) -> None:
+        self.counters = DeliveryCounters()
+        self.fatal_error = None
+        self.sent: list[tuple[str, int]] = []
+        self.slow_publish = slow_publish
+
+    async def publish(self, device_id: str, payload: bytes, readings: int) -> None:
+        self.sent.append((device_id, unpack(payload)[0].timestamp_us))
+        if len(self.sent) == self.slow_publish:
+            await asyncio.sleep(0.25)
+
+    def serve_callbacks(self) -> None:
+        pass
+
+    def undelivered(self) -> int:
+        return 0
+
+    def depth(self) -> QueueDepth:
+        return QueueDepth(0, 0, 0, 0, 0, 0)
