@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import shutil
 import sys
 import urllib.request
 from pathlib import Path
@@ -13,9 +14,26 @@ from clickhouse_connect.driver.client import Client
 from clickhouse.migrate import MigrationSettings, apply_migrations, connect
 from stack import kafka_broker, secrets, topics
 from stack.config import REPO_ROOT, StackSettings
-from stack.processes import ManagedProcess, wait_until
+from stack.processes import ManagedProcess, free_port, wait_until
 
 log = logging.getLogger("jobscope.stack")
+
+
+def fresh_stack(state_dir: Path) -> StackSettings:
+    """Settings of a new stack in `state_dir` (emptied) on free loopback ports, stopped
+    first if an earlier run left it running: the benchmarks' stacks."""
+    settings = StackSettings(
+        state_dir=state_dir,
+        kafka_port=free_port(),
+        kafka_controller_port=free_port(),
+        kafka_heap="512m",
+        clickhouse_port=free_port(),
+        api_port=free_port(),
+        producer_metrics_port=free_port(),
+    )
+    stop_all(settings)
+    shutil.rmtree(state_dir, ignore_errors=True)
+    return settings
 
 
 def component_env(settings: StackSettings) -> dict[str, str]:

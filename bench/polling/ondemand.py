@@ -12,7 +12,6 @@ that wait: a metric polled every 10 s shows up to 10 s.
 
 from __future__ import annotations
 
-import shutil
 import statistics
 import time
 import uuid
@@ -22,7 +21,6 @@ from typing import Any
 import httpx
 
 from bench.systems.base import wait_for
-from stack.processes import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 NODES = 200
@@ -49,19 +47,8 @@ def _devices(path: Path, prefix: str) -> Path:
 
 def measure(state_dir: Path, quick: bool) -> dict[str, Any]:
     from stack import services
-    from stack.config import StackSettings
 
-    settings = StackSettings(
-        state_dir=state_dir / "ondemand",
-        kafka_port=free_port(),
-        kafka_controller_port=free_port(),
-        kafka_heap="512m",
-        clickhouse_port=free_port(),
-        api_port=free_port(),
-        producer_metrics_port=free_port(),
-    )
-    services.stop_all(settings)
-    shutil.rmtree(settings.state_dir, ignore_errors=True)
+    settings = services.fresh_stack(state_dir / "ondemand")
     settings.state_dir.mkdir(parents=True)
     prefix = f"od{uuid.uuid4().hex[:6]}"
     devices = _devices(settings.state_dir / "devices.yaml", prefix)

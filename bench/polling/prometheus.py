@@ -318,7 +318,6 @@ def _window(periods: int, pids: dict[str, int | None], web_port: int) -> dict[st
 def measure(state_dir: Path, quick: bool) -> dict[str, Any]:
     """The Prometheus scraping benchmark; keys for the top level of bench-results.json."""
     from stack import services
-    from stack.config import StackSettings
     from stack.processes import ManagedProcess
 
     work = state_dir.resolve() / "prometheus"
@@ -327,15 +326,7 @@ def measure(state_dir: Path, quick: bool) -> dict[str, Any]:
     n = TARGETS[quick]
     ports = [free_port() for _ in range(n)]
     devices_file = write_devices_file(work / "devices.yaml", ports)
-    settings = StackSettings(
-        state_dir=work / "stack",
-        kafka_port=free_port(),
-        kafka_controller_port=free_port(),
-        kafka_heap="512m",
-        clickhouse_port=free_port(),
-        api_port=free_port(),
-        producer_metrics_port=free_port(),
-    )
+    settings = services.fresh_stack(work / "stack")
     started = time.monotonic()
     counter: ReadingsCounter | None = None
     prometheus: subprocess.Popen[bytes] | None = None

@@ -228,20 +228,9 @@ def _jobscope(
     workdir: Path, devices_file: Path, agents: list[Snmpd], n: int, quick: bool
 ) -> dict[str, Any]:
     from stack import services
-    from stack.config import StackSettings
     from stack.processes import ManagedProcess
 
-    settings = StackSettings(
-        state_dir=workdir / "stack",
-        kafka_port=free_port(),
-        kafka_controller_port=free_port(),
-        kafka_heap="512m",
-        clickhouse_port=free_port(),
-        api_port=free_port(),
-        producer_metrics_port=free_port(),
-    )
-    services.stop_all(settings)
-    shutil.rmtree(settings.state_dir, ignore_errors=True)
+    settings = services.fresh_stack(workdir / "stack")
     counter: ReadingsCounter | None = None
     try:
         services.start_kafka(settings)

@@ -212,20 +212,9 @@ def write_devices_file(path: Path, specs: list[MeterSpec]) -> Path:
 
 def _jobscope(work: Path, quick: bool) -> dict[str, Any]:
     from stack import services, topics
-    from stack.config import StackSettings
     from stack.processes import ManagedProcess
 
-    settings = StackSettings(
-        state_dir=work / "stack",
-        kafka_port=free_port(),
-        kafka_controller_port=free_port(),
-        kafka_heap="512m",
-        clickhouse_port=free_port(),
-        api_port=free_port(),
-        producer_metrics_port=free_port(),
-    )
-    services.stop_all(settings)
-    shutil.rmtree(settings.state_dir, ignore_errors=True)
+    settings = services.fresh_stack(work / "stack")
     meters = Wattmetres(work / "meters", _meters(METERS[quick], "wmj"), free_port(), seed=SEED)
     spans: MessageSpans | None = None
     try:

@@ -95,6 +95,28 @@ class Plugin(ABC):
         """Release connections and sessions."""
 
 
+class OneRequestPlugin(Plugin):
+    """A plugin that reads all the entries of one target (a BMC, a scrape URL, a folder) in
+    one request per poll: one instance per batch, built as `cls(entries, target)`."""
+
+    @classmethod
+    @abstractmethod
+    def parse(cls, entry: DeviceEntry) -> tuple[Hashable, object]:
+        """(the entry's target, its own settings); ValueError naming what is wrong. No I/O."""
+
+    @classmethod
+    def check(cls, entry: DeviceEntry) -> None:
+        cls.parse(entry)
+
+    @classmethod
+    def batch_key(cls, entry: DeviceEntry) -> Hashable:
+        return cls.parse(entry)[0]
+
+    @classmethod
+    def build(cls, entries: Sequence[DeviceEntry]) -> list[Self]:
+        return [cls(entries, cls.parse(entries[0])[0])]  # type: ignore[call-arg]
+
+
 class ProcessLimit:
     """At most `limit` holders at once in the process: a semaphore per event loop (asyncio
     primitives belong to one loop; tests run several, one after the other)."""

@@ -13,10 +13,10 @@ import asyncio
 import os
 from collections.abc import Hashable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
-from producers.plugins.base import Plugin
+from producers.plugins.base import OneRequestPlugin
 from producers.plugins.prometheus.exposition import ExpositionError, Sample, parse_text
 from producers.plugins.prometheus.selection import Selection, SelectOptions, query_options
 from producers.reading import Reading
@@ -79,7 +79,7 @@ def _read(file: Path, missing_ok: bool) -> tuple[list[Sample], list[tuple[Path, 
         return [], [(file, f"malformed: {exc}")]
 
 
-class FilePlugin(Plugin):
+class FilePlugin(OneRequestPlugin):
     scheme = "file"
 
     def __init__(self, entries: Sequence[DeviceEntry], path: Path) -> None:
@@ -88,17 +88,9 @@ class FilePlugin(Plugin):
         self.selections = [Selection(entry, parse(entry)[1], str(path)) for entry in entries]
 
     @classmethod
-    def check(cls, entry: DeviceEntry) -> None:
-        parse(entry)
-
-    @classmethod
-    def batch_key(cls, entry: DeviceEntry) -> Hashable:
-        return parse(entry)[0]
-
-    @classmethod
-    def build(cls, entries: Sequence[DeviceEntry]) -> list[Self]:
-        """One instance for all the entries of one path: its files are read once per poll."""
-        return [cls(entries, parse(entries[0])[0])]
+    def parse(cls, entry: DeviceEntry) -> tuple[Hashable, object]:
+        """(the folder or file, the entry's selection): its files are read once per poll."""
+        return parse(entry)
 
     async def poll(self, timestamp_us: int) -> list[Reading]:
         try:

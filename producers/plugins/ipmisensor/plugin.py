@@ -13,12 +13,12 @@ import os
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, Self
+from typing import TYPE_CHECKING, Literal
 from urllib.parse import unquote, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from producers.plugins.base import Plugin, ProcessLimit, validated
+from producers.plugins.base import OneRequestPlugin, ProcessLimit, validated
 from producers.reading import Reading
 
 if TYPE_CHECKING:
@@ -117,7 +117,7 @@ def parse(entry: DeviceEntry) -> tuple[Bmc, str]:
 _runs = ProcessLimit(MAX_CONCURRENT_BMCS)
 
 
-class IpmiSensorPlugin(Plugin):
+class IpmiSensorPlugin(OneRequestPlugin):
     scheme = "ipmisensor"
 
     def __init__(self, entries: Sequence[DeviceEntry], bmc: Bmc) -> None:
@@ -130,17 +130,9 @@ class IpmiSensorPlugin(Plugin):
         """`ipmi-sensors` runs so far (tests check one run per poll)."""
 
     @classmethod
-    def check(cls, entry: DeviceEntry) -> None:
-        parse(entry)
-
-    @classmethod
-    def batch_key(cls, entry: DeviceEntry) -> Hashable:
-        return parse(entry)[0]
-
-    @classmethod
-    def build(cls, entries: Sequence[DeviceEntry]) -> list[Self]:
-        """One instance for all the entries of one BMC: one `ipmi-sensors` run per poll."""
-        return [cls(entries, parse(entries[0])[0])]
+    def parse(cls, entry: DeviceEntry) -> tuple[Hashable, object]:
+        """(the BMC, the entry's sensor): one `ipmi-sensors` run per poll."""
+        return parse(entry)
 
     async def poll(self, timestamp_us: int) -> list[Reading]:
         by_id, by_name = parse_table(await self.read_table())

@@ -9,13 +9,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlencode, urlsplit
 
 import httpx
 from pydantic import Field, model_validator
 
-from producers.plugins.base import Plugin, validated
+from producers.plugins.base import OneRequestPlugin, validated
 from producers.plugins.prometheus.exposition import (
     ExpositionError,
     Sample,
@@ -102,7 +102,7 @@ def parse(entry: DeviceEntry) -> tuple[Target, ScrapeOptions]:
     return Target(url, options.timeout_s), options
 
 
-class PrometheusPlugin(Plugin):
+class PrometheusPlugin(OneRequestPlugin):
     scheme = "prometheus"
 
     def __init__(self, entries: Sequence[DeviceEntry], target: Target) -> None:
@@ -114,17 +114,9 @@ class PrometheusPlugin(Plugin):
         """Scrapes so far (tests check one per poll)."""
 
     @classmethod
-    def check(cls, entry: DeviceEntry) -> None:
-        parse(entry)
-
-    @classmethod
-    def batch_key(cls, entry: DeviceEntry) -> Hashable:
-        return parse(entry)[0]
-
-    @classmethod
-    def build(cls, entries: Sequence[DeviceEntry]) -> list[Self]:
-        """One instance for all the entries of one scrape URL: one scrape per poll."""
-        return [cls(entries, parse(entries[0])[0])]
+    def parse(cls, entry: DeviceEntry) -> tuple[Hashable, object]:
+        """(the scrape target, the entry's selection): one scrape per poll."""
+        return parse(entry)
 
     async def poll(self, timestamp_us: int) -> list[Reading]:
         samples = await self.scrape()
