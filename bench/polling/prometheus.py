@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.polling.cpu import cpu_seconds
-from bench.polling.snmp import ReadingsCounter
+from bench.polling.topic import ReadingsCounter
 from bench.systems.base import dpkg_version, wait_for
 from stack.config import REPO_ROOT
 from stack.processes import free_port, stop_child

@@ -48,6 +48,7 @@ from typing import Any
 
 from bench.polling.cpu import Window
 from bench.polling.kwollect import KWOLLECT_TABLES, kwollect_venv
+from bench.polling.topic import ReadingsCounter
 from bench.systems.base import dpkg_version, wait_for
 from stack.config import REPO_ROOT
 from stack.processes import free_port, stop_child
@@ -170,58 +171,6 @@ def _result(oids: int, window: Window, devices: int, **extra: Any) -> dict[str, 
 STATS_LINE = re.compile(
     r"(\d+) poll errors, (\d+) poll timeouts, (\d+) missed ticks.*tick lateness p99 ([\d.]+) ms"
 )
-
-
-class ReadingsCounter(threading.Thread):
-    """Consumes the readings topic: (tick timestamp µs, readings) of every message."""
-
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        super().__init__(daemon=True)
-        self.bootstrap, self.topic = bootstrap, topic
-        self.messages: list[tuple[int, int]] = []
-        self.finish = threading.Event()
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        from confluent_kafka import Consumer, TopicPartition
-
-        from producers.message import unpack
-
-        consumer = Consumer(
-            {
-                "bootstrap.servers": self.bootstrap,
-                "group.id": f"bench-snmp-{os.getpid()}",
-                "auto.offset.reset": "earliest",
-                "enable.auto.commit": False,
-            }
-        )
-        try:
-            consumer.subscribe([self.topic])
-            targets: dict[int, int] | None = None
-            while True:
-                for msg in consumer.consume(1000, timeout=0.2):
-                    if msg.error() is None:
-                        readings = unpack(msg.value())
-                        if readings:
-                            self.messages.append((readings[0].timestamp_us, len(readings)))
-                if self.finish.is_set() and targets is None:
-                    # catch up with everything produced until now, then stop
-                    meta = consumer.list_topics(self.topic, timeout=10).topics[self.topic]
-                    targets = {
-                        p: consumer.get_watermark_offsets(TopicPartition(self.topic, p))[1]
-                        for p in meta.partitions
-                    }
-                if targets is not None:
-                    positions = consumer.position([TopicPartition(self.topic, p) for p in targets])
-                    if all(
-                        tp.offset >= targets[tp.partition] or targets[tp.partition] == 0
-                        for tp in positions
-                    ):
-                        return
-        except BaseException as exc:
-            self.error = exc
-        finally:
-            consumer.close()
 
 
 def _jobscope(

@@ -30,7 +30,6 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -41,6 +40,7 @@ from typing import Any
 
 from bench.polling.cpu import Window
 from bench.polling.kwollect import KWOLLECT_TABLES, kwollect_venv
+from bench.polling.topic import TopicFollower
 from bench.systems.base import wait_for
 from bench.systems.postgres import Postgres
 from stack.config import REPO_ROOT
@@ -122,52 +122,18 @@ def message_span(payload: bytes) -> tuple[int, int, int]:
     return count, first, last
 
 
-class MessageSpans(threading.Thread):
-    """Consumes the readings topic: (readings, first, last timestamp) of each message of the
-    meters' ports (keys starting with `prefix`)."""
+class MessageSpans(TopicFollower):
+    """(readings, first, last timestamp) of each message of the meters' ports (keys
+    starting with `prefix`)."""
 
     def __init__(self, bootstrap: str, topic: str, prefix: str) -> None:
-        super().__init__(daemon=True)
-        self.bootstrap, self.topic, self.prefix = bootstrap, topic, prefix.encode()
+        super().__init__(bootstrap, topic)
+        self.prefix = prefix.encode()
         self.spans: list[tuple[int, int, int]] = []
-        self.finish = threading.Event()
-        self.error: BaseException | None = None
 
-    def run(self) -> None:
-        from confluent_kafka import Consumer, TopicPartition
-
-        consumer = Consumer(
-            {
-                "bootstrap.servers": self.bootstrap,
-                "group.id": f"bench-wattmeter-{os.getpid()}",
-                "auto.offset.reset": "earliest",
-                "enable.auto.commit": False,
-            }
-        )
-        try:
-            consumer.subscribe([self.topic])
-            targets: dict[int, int] | None = None
-            while True:
-                for msg in consumer.consume(1000, timeout=0.2):
-                    if msg.error() is None and (msg.key() or b"").startswith(self.prefix):
-                        self.spans.append(message_span(msg.value()))
-                if self.finish.is_set() and targets is None:
-                    meta = consumer.list_topics(self.topic, timeout=10).topics[self.topic]
-                    targets = {
-                        p: consumer.get_watermark_offsets(TopicPartition(self.topic, p))[1]
-                        for p in meta.partitions
-                    }
-                if targets is not None:
-                    positions = consumer.position([TopicPartition(self.topic, p) for p in targets])
-                    if all(
-                        tp.offset >= targets[tp.partition] or targets[tp.partition] == 0
-                        for tp in positions
-                    ):
-                        return
-        except BaseException as exc:
-            self.error = exc
-        finally:
-            consumer.close()
+    def take(self, key: bytes, value: bytes) -> None:
+        if key.startswith(self.prefix):
+            self.spans.append(message_span(value))
 
     def full_mode(self) -> bool:
         return any(count >= FULL_MODE_READINGS for count, _, _ in self.spans[-100:])
