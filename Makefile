@@ -29,11 +29,12 @@ help:
 system-deps:
 	@sh stack/install-system-deps.sh
 
-$(STAMP): requirements.txt
+$(STAMP): requirements.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
 	  { echo "Python >= 3.11 is required"; exit 1; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e .
 	@rm -f $(VENV)/.installed-* && touch $@
 
 venv: $(STAMP)

@@ -1,27 +1,25 @@
 """Bearer tokens and their roles. Writes need a token; reads are open.
 
-The tokens are configured (`JOBSCOPE_ADMIN_TOKEN`, `JOBSCOPE_SCHEDULER_TOKEN`; `make up`
-generates both into state/secrets.env) and compared in constant time.
+Static tokens are configured (`JOBSCOPE_ADMIN_TOKEN`, `JOBSCOPE_SCHEDULER_TOKEN`; `make up`
+generates both into state/secrets.env) and compared in constant time; any other token must
+be a signed one (api/tokens.py) carrying its user and role.
 """
 
 from __future__ import annotations
 
 import hmac
 from collections.abc import Callable
-from enum import StrEnum
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from api.config import ApiSettings
+from api.tokens import InvalidToken, Principal, Role, decode
 
+__all__ = ["Principal", "Role", "principal", "reads_guard", "require", "role_of"]
 
-class Role(StrEnum):
-    ADMIN = "admin"
-    SCHEDULER = "scheduler"
-
-
+_CHALLENGE = {"WWW-Authenticate": "Bearer"}
 _bearer = HTTPBearer(auto_error=False, description="a jobscope token (see the README)")
 
 
@@ -37,23 +35,61 @@ def role_of(settings: ApiSettings, token: str) -> Role | None:
     return None
 
 
-def require(*roles: Role) -> Callable[..., Role]:
-    """A dependency admitting a token of one of `roles` (admin always): 401 without a known
-    token, 403 with a token of another role."""
+def authenticate(settings: ApiSettings, token: str) -> Principal:
+    """A static token acts as the user named after its role; a signed one as its `sub`.
+    HTTPException 401 for anything else (unknown, bad signature, expired)."""
+    role = role_of(settings, token)
+    if role is not None:
+        return Principal(role.value, role)
+    if settings.token_secret is None:
+        raise HTTPException(401, "unknown token", _CHALLENGE)
+    try:
+        return decode(settings.token_secret.get_secret_value(), token)
+    except InvalidToken as exc:
+        raise HTTPException(401, str(exc), _CHALLENGE) from None
+
+
+def principal(*roles: Role) -> Callable[..., Principal]:
+    """A dependency admitting a token of one of `roles` (admin always), returning who it acts
+    for: 401 without a valid token, 403 with a token of another role."""
 
     def check(
         request: Request,
         credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-    ) -> Role:
-        challenge = {"WWW-Authenticate": "Bearer"}
+    ) -> Principal:
         if credentials is None:
-            raise HTTPException(401, "missing bearer token (Authorization: Bearer ...)", challenge)
-        role = role_of(request.app.state.settings, credentials.credentials)
-        if role is None:
-            raise HTTPException(401, "unknown token", challenge)
-        if role is not Role.ADMIN and role not in roles:
+            raise HTTPException(401, "missing bearer token (Authorization: Bearer ...)", _CHALLENGE)
+        who = authenticate(request.app.state.settings, credentials.credentials)
+        if who.role is not Role.ADMIN and who.role not in roles:
             wanted = " or ".join(r.value for r in (*roles, Role.ADMIN))
-            raise HTTPException(403, f"a token with role {wanted} is required, not {role.value}")
-        return role
+            role = who.role.value
+            raise HTTPException(403, f"a token with role {wanted} is required, not {role}")
+        return who
+
+    return check
+
+
+def reads_guard(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> None:
+    """An app-wide dependency: with `JOBSCOPE_READS_NEED_TOKEN`, a read (GET) needs a valid
+    token of any role (401 otherwise); `/health` stays open. Writes check their own roles."""
+    settings: ApiSettings = request.app.state.settings
+    if not settings.reads_need_token or request.method not in ("GET", "HEAD"):
+        return
+    if request.url.path == "/health":
+        return
+    if credentials is None:
+        raise HTTPException(401, "reads need a token here (Authorization: Bearer ...)", _CHALLENGE)
+    authenticate(settings, credentials.credentials)
+
+
+def require(*roles: Role) -> Callable[..., Role]:
+    """As `principal`, for routes that need only the role."""
+    admitted = Depends(principal(*roles))  # a default: a local name in Annotated is not resolved
+
+    def check(who: Principal = admitted) -> Role:
+        return who.role
 
     return check

@@ -28,6 +28,19 @@ class ApiSettings(BaseSettings):
     scheduler_token: SecretStr | None = Field(
         None, description="bearer token of the scheduler hooks: writes jobs"
     )
+    token_secret: SecretStr | None = Field(
+        None, description="HS256 key of the signed tokens (api/tokens.py); unset: none accepted"
+    )
+    reads_need_token: bool = Field(False, description="reads need a valid token of any role")
+    readings_topic: str = Field("readings", description="pushed readings are published here")
+    push_max_readings: int = Field(10_000, gt=0, description="a larger push is refused (413)")
+    push_max_body_bytes: int = Field(
+        16 * 1024 * 1024, gt=0, description="a larger push body is refused (413)"
+    )
+    push_max_age_s: float = Field(7 * 86400, ge=0, description="pushed readings this old: 400")
+    push_max_ahead_s: float = Field(300, ge=0, description="pushed readings this far ahead: 400")
+    push_max_labels: int = Field(32, ge=0, description="labels per pushed reading")
+    push_max_label_chars: int = Field(256, gt=0, description="length of a pushed label key/value")
     job_visible_timeout_s: float = Field(
         5.0, ge=0, description="a job write waits this long to be queryable (201), else 202"
     )

@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 
-from api import errors
+from api import auth, errors
 from api.clickhouse import ClickHouseProvider
 from api.config import ApiSettings
 from api.kafka import KafkaPublisher
-from api.routes import devices, health, jobs, kwollect, metrics
+from api.routes import devices, health, jobs, kwollect, metrics, push, tokens
 
 
 def create_app(settings: ApiSettings) -> FastAPI:
@@ -28,10 +28,13 @@ def create_app(settings: ApiSettings) -> FastAPI:
         summary="Job-scoped metrics of testbed and HPC infrastructure",
         version="0.1.0",
         lifespan=lifespan,
+        dependencies=[Depends(auth.reads_guard)],
     )
     app.state.settings = settings
     errors.install(app)
     app.include_router(metrics.router)
+    app.include_router(push.router)
+    app.include_router(tokens.router)
     app.include_router(jobs.router)
     app.include_router(devices.router)
     app.include_router(kwollect.router)

@@ -263,3 +263,22 @@ class AvailableMetric(BaseModel):
 
     device_id: str = Field(examples=["node-1"])
     metric_id: str = Field(examples=["bmc_power_watt"])
+
+
+class PushAccepted(BaseModel):
+    """A push Kafka has acknowledged in full: durable, ingested within seconds."""
+
+    accepted: int = Field(description="readings published", examples=[2])
+
+
+class TokenRequest(BaseModel):
+    user: str = Field(min_length=1, examples=["alice"])
+    role: str = Field(examples=["pusher"], description="admin, scheduler, pusher or reader")
+    ttl_days: float = Field(30, gt=0, le=3650, description="validity from now")
+
+
+class TokenCreated(BaseModel):
+    token: str = Field(description="send as Authorization: Bearer <token>")
+    user: str = Field(examples=["alice"])
+    role: str = Field(examples=["pusher"])
+    expires_at: str = Field(examples=["2026-12-23T10:00:00.000000+00:00"])

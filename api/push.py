@@ -1,0 +1,198 @@
+"""Readings pushed by users (`POST /api/metrics`): parsed, validated as a whole, authorised
+per device, then published to the readings topic in the producers' wire format.
+
+A batch is all-or-nothing up to Kafka: every reading is checked before the first message
+is sent. Kafka has no transaction here, so if it fails half-way the messages it had
+acknowledged are in (the 503 says how many).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import orjson
+
+from api.clickhouse import ClickHouseProvider
+from api.config import ApiSettings
+from api.errors import ParameterError
+from api.kafka import KafkaPublisher
+from api.params import TIME_HELP, device_name, to_time
+from api.tokens import Principal, Role
+from producers.message import pack
+from producers.reading import Reading
+
+NDJSON = "application/x-ndjson"
+SOURCE_LABEL = "source"
+_METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+_LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+_EPOCH = datetime(1970, 1, 1)
+
+
+class TooLarge(ValueError):
+    """A push over the configured batch or body size (413)."""
+
+
+class Forbidden(PermissionError):
+    """A device the token may not push for (403); the message names it."""
+
+
+def parse_body(body: bytes, content_type: str) -> list[Any]:
+    """The items of a push: a JSON object or array, or NDJSON (one object per line)."""
+    if content_type.split(";", 1)[0].strip().lower() == NDJSON:
+        items = []
+        for number, line in enumerate(body.splitlines(), 1):
+            if line.strip():
+                try:
+                    items.append(orjson.loads(line))
+                except orjson.JSONDecodeError as exc:
+                    raise ParameterError("body", f"line {number} is not JSON ({exc})") from None
+        return items
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise ParameterError(
+            "body", f"expected a reading or an array of readings in JSON, or NDJSON ({exc})"
+        ) from None
+    return data if isinstance(data, list) else [data]
+
+
+@dataclass(frozen=True)
+class _Window:
+    earliest: datetime
+    latest: datetime
+
+
+def validate(items: list[Any], settings: ApiSettings, who: Principal) -> list[Reading]:
+    """Every item as a Reading labelled `source=user:<name>`, its device id without domain
+    suffix (as jobs and queries name nodes); the first bad one is a
+    ParameterError naming it (`readings[3].value`), a batch too large is TooLarge."""
+    if len(items) > settings.push_max_readings:
+        raise TooLarge(
+            f"{len(items)} readings in one push; at most {settings.push_max_readings} "
+            "(JOBSCOPE_PUSH_MAX_READINGS): split the batch"
+        )
+    if not items:
+        raise ParameterError("body", "no readings")
+    now = datetime.now(UTC).replace(tzinfo=None)
+    window = _Window(
+        now - timedelta(seconds=settings.push_max_age_s),
+        now + timedelta(seconds=settings.push_max_ahead_s),
+    )
+    source = f"user:{who.user}"
+    return [
+        _reading(f"readings[{i}]", item, settings, window, source) for i, item in enumerate(items)
+    ]
+
+
+def _reading(where: str, item: Any, settings: ApiSettings, window: _Window, source: str) -> Reading:
+    if not isinstance(item, dict):
+        raise ParameterError(
+            where, "expected an object with timestamp, device_id, metric_id, value"
+        )
+    missing = [k for k in ("timestamp", "device_id", "metric_id", "value") if k not in item]
+    if missing:
+        raise ParameterError(f"{where}.{missing[0]}", "missing")
+    device_id, metric_id, value = item["device_id"], item["metric_id"], item["value"]
+    if not isinstance(device_id, str) or not device_id.strip():
+        raise ParameterError(f"{where}.device_id", "expected a non-empty string")
+    if not isinstance(metric_id, str) or not _METRIC_NAME.match(metric_id):
+        raise ParameterError(
+            f"{where}.metric_id", f"{metric_id!r} is not a metric name ([a-zA-Z_:][a-zA-Z0-9_:]*)"
+        )
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ParameterError(f"{where}.value", f"{value!r} is not a finite number")
+    return Reading(
+        _timestamp_us(f"{where}.timestamp", item["timestamp"], window),
+        device_name(device_id.strip()),
+        metric_id,
+        float(value),
+        _labels(f"{where}.labels", item.get("labels"), settings, source),
+    )
+
+
+def _timestamp_us(where: str, value: Any, window: _Window) -> int:
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise ParameterError(where, f"{value!r} is not {TIME_HELP}")
+    try:
+        t = to_time(value)
+    except (ValueError, OverflowError, OSError):
+        raise ParameterError(where, f"{value!r} is not {TIME_HELP}") from None
+    if not window.earliest <= t <= window.latest:
+        raise ParameterError(
+            where,
+            f"{value!r} is outside the accepted window {window.earliest.isoformat()}Z .. "
+            f"{window.latest.isoformat()}Z (JOBSCOPE_PUSH_MAX_AGE_S, JOBSCOPE_PUSH_MAX_AHEAD_S)",
+        )
+    return (t - _EPOCH) // timedelta(microseconds=1)
+
+
+def _labels(where: str, labels: Any, settings: ApiSettings, source: str) -> dict[str, str]:
+    if labels is None:
+        labels = {}
+    if not isinstance(labels, dict):
+        raise ParameterError(where, "expected an object of string values")
+    kept = {k: v for k, v in labels.items() if k != SOURCE_LABEL}
+    if len(kept) > settings.push_max_labels:
+        raise ParameterError(
+            where,
+            f"{len(kept)} labels; at most {settings.push_max_labels} (JOBSCOPE_PUSH_MAX_LABELS)",
+        )
+    limit = settings.push_max_label_chars
+    for key, value in kept.items():
+        if not _LABEL_NAME.match(key) or len(key) > limit:
+            raise ParameterError(
+                f"{where}.{key}", f"not a label name ([a-zA-Z_][a-zA-Z0-9_]*, {limit} characters)"
+            )
+        if not isinstance(value, str) or len(value) > limit:
+            raise ParameterError(
+                f"{where}.{key}", f"expected a string of at most {limit} characters"
+            )
+    return {**kept, SOURCE_LABEL: source}
+
+
+RUNNING_NODES = (
+    "SELECT DISTINCT arrayJoin(nodes) AS node FROM jobs "
+    "WHERE user = {user:String} AND state = 'running'"
+)
+"""The nodes of a user's running jobs (the reader queries with FINAL: newest versions)."""
+
+
+def authorise(clickhouse: ClickHouseProvider, who: Principal, devices: Iterable[str]) -> None:
+    """Admin: any device. Pusher: only the nodes of the user's own running jobs. Forbidden
+    names the first other device."""
+    if who.role is Role.ADMIN:
+        return
+    if who.role is not Role.PUSHER:
+        raise Forbidden(f"a token with role pusher or admin is required, not {who.role.value}")
+    rows = clickhouse.get().query(RUNNING_NODES, parameters={"user": who.user}).result_rows
+    allowed = {device_name(row[0]) for row in rows}
+    for device in devices:
+        if device not in allowed:
+            raise Forbidden(f"device {device!r} is not a node of a running job of {who.user!r}")
+
+
+def messages(readings: list[Reading]) -> list[tuple[str, bytes]]:
+    """One message per device, keyed by its id, as the producers send them."""
+    by_device: dict[str, list[Reading]] = {}
+    for reading in readings:
+        by_device.setdefault(reading.device_id, []).append(reading)
+    return [(device, pack(group).payload) for device, group in by_device.items()]
+
+
+def push(
+    readings: list[Reading],
+    who: Principal,
+    clickhouse: ClickHouseProvider,
+    publisher: KafkaPublisher,
+    settings: ApiSettings,
+) -> int:
+    """Authorise, then publish and wait for Kafka's acknowledgement of every message."""
+    batch = messages(readings)
+    authorise(clickhouse, who, [device for device, _ in batch])
+    publisher.publish_batch(settings.readings_topic, batch)
+    return len(readings)

@@ -1,0 +1,247 @@
+"""`jobscope`: a job's readings to a file, jobs and summaries as tables, pushes and tokens.
+
+The API is `--api` or $JOBSCOPE_API (default http://127.0.0.1:8000); the token `--token` or
+$JOBSCOPE_TOKEN. Every failure is one line on stderr and a non-zero exit status.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable
+from typing import IO, Any
+
+import click
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TransferSpeedColumn,
+)
+from rich.table import Table
+
+from jobscope.client import DEFAULT_API, ApiError, Client
+
+EXPORT_FORMATS = ("csv", "parquet", "ndjson")
+JOB_COLUMNS = ("job_id", "user", "state", "queue", "nodes", "start", "end")
+
+
+def _client(ctx: click.Context) -> Client:
+    client: Client = ctx.obj
+    return client
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--api",
+    envvar="JOBSCOPE_API",
+    default=DEFAULT_API,
+    show_default=True,
+    help="the API's base URL [env: JOBSCOPE_API]",
+)
+@click.option(
+    "--token",
+    envvar="JOBSCOPE_TOKEN",
+    default=None,
+    help="bearer token for writes [env: JOBSCOPE_TOKEN]",
+)
+@click.pass_context
+def cli(ctx: click.Context, api: str, token: str | None) -> None:
+    """jobscope's command line: job-scoped metrics from a jobscope API."""
+    ctx.obj = ctx.with_resource(Client(api, token))
+
+
+@cli.command()
+@click.option("--job", help="the job whose scope is exported")
+@click.option("--devices", help="comma-separated devices (without --job: required by the API)")
+@click.option("--metrics", help="comma-separated metric ids or globs, e.g. 'bmc_*'")
+@click.option("--start-time", help="ISO 8601 or Unix seconds")
+@click.option("--end-time", help="ISO 8601 or Unix seconds")
+@click.option("--step", help="aggregate by buckets of this duration: 10s, 1m, 1h")
+@click.option("--agg", help="aggregate of each bucket (with --step): avg, max, ...")
+@click.option(
+    "--format", "fmt", type=click.Choice(EXPORT_FORMATS), default="csv", show_default=True
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, allow_dash=True),
+    default="-",
+    help="the file written (default: stdout)",
+)
+@click.pass_context
+def get(
+    ctx: click.Context,
+    job: str | None,
+    devices: str | None,
+    metrics: str | None,
+    start_time: str | None,
+    end_time: str | None,
+    step: str | None,
+    agg: str | None,
+    fmt: str,
+    output: str,
+) -> None:
+    """Readings of a job (or devices) streamed to a file."""
+    if job is None and devices is None:
+        raise click.UsageError("give --job or --devices")
+    query: dict[str, Any] = dict(
+        job=job,
+        devices=devices,
+        metrics=metrics,
+        start_time=start_time,
+        end_time=end_time,
+        step=step,
+        agg=agg,
+        format=fmt,
+    )
+    with _client(ctx).readings(**query) as response:
+        if output == "-":
+            _copy(response.iter_bytes(), sys.stdout.buffer, fmt, show=False)
+        else:
+            with open(output, "wb") as out:
+                _copy(response.iter_bytes(), out, fmt, show=_stderr().is_terminal)
+
+
+def _stderr() -> Console:
+    return Console(stderr=True)
+
+
+def _copy(chunks: Iterable[bytes], out: IO[bytes], fmt: str, show: bool) -> None:
+    """Write the body as it comes; on a terminal, with bytes (and, for text formats,
+    readings: one per line) counted."""
+    text = fmt != "parquet"
+    columns = [
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TextColumn("{task.fields[readings]}"),
+        TimeElapsedColumn(),
+    ]
+    with Progress(*columns, console=_stderr(), disable=not show, transient=False) as progress:
+        task = progress.add_task("export", total=None, readings="")
+        lines = 0
+        for chunk in chunks:
+            out.write(chunk)
+            if text:
+                lines += chunk.count(b"\n")
+            readings = max(lines - 1, 0) if fmt == "csv" else lines
+            progress.update(
+                task, advance=len(chunk), readings=f"{readings:,} readings" if text else ""
+            )
+
+
+@cli.command()
+@click.option("--user")
+@click.option("--state", help="running, terminated, ...")
+@click.option("--node", help="jobs that ran on this node")
+@click.option("--limit", type=int, default=50, show_default=True)
+@click.pass_context
+def jobs(
+    ctx: click.Context, user: str | None, state: str | None, node: str | None, limit: int
+) -> None:
+    """Jobs, newest first, as a table."""
+    frame = _client(ctx).jobs(user=user, state=state, node=node, limit=limit)
+    table = Table(*JOB_COLUMNS)
+    for row in frame.to_dict("records") if len(frame) else []:
+        table.add_row(*(_cell(row.get(c)) for c in JOB_COLUMNS))
+    Console().print(table)
+
+
+@cli.command()
+@click.argument("job")
+@click.option("--metrics", help="comma-separated metric ids or globs")
+@click.pass_context
+def summary(ctx: click.Context, job: str, metrics: str | None) -> None:
+    """A job's statistics per device and metric, and its energy, as tables."""
+    result = _client(ctx).summary(job, metrics)
+    console = Console()
+    console.print(
+        f"job {result['job_id']}: {result.get('start')} .. {result.get('end')} "
+        f"({result.get('duration_s', 0):.0f} s)"
+    )
+    stats = Table("device_id", "metric_id", "min", "avg", "max", "last", "count", title="metrics")
+    for m in result.get("metrics", []):
+        stats.add_row(
+            m["device_id"],
+            m["metric_id"],
+            *(_cell(m.get(k)) for k in ("min", "avg", "max", "last", "count")),
+        )
+    console.print(stats)
+    energy = result.get("energy", [])
+    if energy:
+        keys = [k for k in energy[0] if k not in ("node",)]
+        table = Table("node", *keys, title="energy (J)")
+        for e in energy:
+            table.add_row(_cell(e.get("node")), *(_cell(e.get(k)) for k in keys))
+        console.print(table)
+    totals = result.get("energy_total", [])
+    if totals:
+        keys = list(totals[0])
+        table = Table(*keys, title="energy total (J)")
+        for t in totals:
+            table.add_row(*(_cell(t.get(k)) for k in keys))
+        console.print(table)
+
+
+@cli.command()
+@click.argument("source", type=click.File("rb"), default="-")
+@click.pass_context
+def push(ctx: click.Context, source: IO[bytes]) -> None:
+    """Readings from SOURCE (a file, or - for stdin; NDJSON or a JSON array) to the API."""
+    body = source.read()
+    if body.lstrip().startswith(b"["):
+        try:
+            rows = json.loads(body)
+        except ValueError as exc:
+            raise click.ClickException(f"{source.name}: not a JSON array: {exc}") from None
+        body = b"".join(json.dumps(r).encode() + b"\n" for r in rows)
+    count = _client(ctx).push_ndjson(body)
+    click.echo(f"{count} readings accepted")
+
+
+@cli.group()
+def token() -> None:
+    """API tokens (an admin token is needed)."""
+
+
+@token.command("create")
+@click.option("--user", required=True)
+@click.option("--role", required=True, help="reader, pusher, scheduler or admin")
+@click.option("--ttl-days", type=int, help="validity (the API's default if absent)")
+@click.pass_context
+def token_create(ctx: click.Context, user: str, role: str, ttl_days: int | None) -> None:
+    """Create a token and print it (alone on stdout, for scripts)."""
+    click.echo(_client(ctx).create_token(user, role, ttl_days)["token"])
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, list):
+        return ",".join(map(str, value))
+    return str(value)
+
+
+def main() -> None:
+    """The console script: ApiErrors (and a missing output directory) as one line, exit 1."""
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except (ApiError, OSError) as exc:
+        click.echo(f"jobscope: {exc}", err=True)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
