@@ -23,7 +23,7 @@ from api.errors import ParameterError
 from api.kafka import KafkaPublisher
 from api.params import TIME_HELP, device_name, to_time
 from api.tokens import Principal, Role
-from producers.message import pack
+from producers.message import pack_by_device
 from producers.reading import Reading
 
 NDJSON = "application/x-ndjson"
@@ -178,10 +178,7 @@ def authorise(clickhouse: ClickHouseProvider, who: Principal, devices: Iterable[
 
 def messages(readings: list[Reading]) -> list[tuple[str, bytes]]:
     """One message per device, keyed by its id, as the producers send them."""
-    by_device: dict[str, list[Reading]] = {}
-    for reading in readings:
-        by_device.setdefault(reading.device_id, []).append(reading)
-    return [(device, pack(group).payload) for device, group in by_device.items()]
+    return [(device, packed.payload) for device, packed in pack_by_device(readings)]
 
 
 def push(

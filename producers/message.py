@@ -136,6 +136,14 @@ def pack(readings: Iterable[Reading]) -> Packed:
     return Packed(header(count) + b"".join(parts), count, skipped)
 
 
+def pack_by_device(readings: Iterable[Reading]) -> list[tuple[str, Packed]]:
+    """One message per device (the topic's key), as the producers and the API's push send."""
+    by_device: dict[str, list[Reading]] = {}
+    for reading in readings:
+        by_device.setdefault(reading.device_id, []).append(reading)
+    return [(device_id, pack(group)) for device_id, group in by_device.items()]
+
+
 class _Reader:
     """Sequential RowBinary decoding with clear errors on malformed input."""
 

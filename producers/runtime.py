@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 
 from producers.config import ProducerSettings
 from producers.entry import DeviceEntry
-from producers.message import pack
+from producers.message import pack_by_device
 from producers.monitoring import Monitor, Probe
 from producers.ondemand import ALIAS_LABEL, Activations, Follower
 from producers.plugins import plugin_for
@@ -288,11 +288,7 @@ class Runtime:
 
     async def _publish(self, readings: list[Reading]) -> None:
         """One message per device."""
-        by_device: dict[str, list[Reading]] = {}
-        for reading in readings:
-            by_device.setdefault(reading.device_id, []).append(reading)
-        for device_id, device_readings in by_device.items():
-            packed = pack(device_readings)
+        for device_id, packed in pack_by_device(readings):
             for reading in packed.skipped:
                 self._report_nonfinite(reading)
             if packed.count:
