@@ -32,6 +32,10 @@ class NotFound(LookupError):
     """A job or device that does not exist; the message names it."""
 
 
+class Forbidden(PermissionError):
+    """A valid token that may not do this (403): the message names what it may not touch."""
+
+
 class Conflict(RuntimeError):
     """A request the resource's state does not allow (e.g. activating an ended job)."""
 
@@ -60,6 +64,7 @@ _ANSWERS: dict[type[Exception], tuple[int, Callable[[Exception], str]]] = {
     KafkaUnavailable: (503, lambda exc: f"{exc}: nothing was written"),
     NotFound: (404, str),
     Conflict: (409, str),
+    Forbidden: (403, str),
     NotAcceptable: (406, str),
 }
 

@@ -19,7 +19,7 @@ import orjson
 
 from api.clickhouse import ClickHouseProvider
 from api.config import ApiSettings
-from api.errors import ParameterError
+from api.errors import Forbidden, ParameterError
 from api.kafka import KafkaPublisher
 from api.params import TIME_HELP, device_name, to_time
 from api.tokens import Principal, Role
@@ -35,10 +35,6 @@ _EPOCH = datetime(1970, 1, 1)
 
 class TooLarge(ValueError):
     """A push over the configured batch or body size (413)."""
-
-
-class Forbidden(PermissionError):
-    """A device the token may not push for (403); the message names it."""
 
 
 def parse_body(body: bytes, content_type: str) -> list[Any]:

@@ -11,9 +11,9 @@ from fastapi import APIRouter, Body, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from api import ondemand
-from api.auth import Role, require
+from api.auth import Principal, Role, principal, require
 from api.deps import ClickHouseDep
-from api.errors import Conflict
+from api.errors import Conflict, Forbidden
 from api.jobs import get_job, merged, write_job
 from api.params import parse_devices, parse_time
 from api.queries.catalog import catalog_query
@@ -39,6 +39,8 @@ router = APIRouter(prefix="/api/jobs", tags=["jobs"])
 
 JobId = Annotated[str, Path(description="the scheduler's job id", examples=["4242"])]
 Writer = Annotated[Role, Depends(require(Role.SCHEDULER))]
+Activator = Annotated[Principal, Depends(principal(Role.SCHEDULER, Role.PUSHER))]
+"""On-demand metrics: the scheduler, or a pusher for the jobs of its own user."""
 _WRITE_RESPONSES: dict[int | str, dict[str, Any]] = {
     202: {"model": Job, "description": "accepted (in Kafka), not yet queryable"},
     400: {"model": ErrorBody},
@@ -243,11 +245,11 @@ def get_job_catalog(clickhouse: ClickHouseDep, job_id: JobId) -> list[CatalogEnt
         409: {"model": ErrorBody, "description": "the job has ended, or has no nodes yet"},
         503: {"model": ErrorBody, "description": "Kafka did not take the write: nothing changed"},
     },
-    summary="Switch on optional metrics for a job's nodes (scheduler or admin token)",
+    summary="Switch on optional metrics for a job's nodes (its user's pusher, scheduler, admin)",
 )
 def activate_on_demand(
     request: Request,
-    _role: Writer,
+    who: Activator,
     clickhouse: ClickHouseDep,
     job_id: JobId,
     asked: Annotated[
@@ -268,6 +270,7 @@ def activate_on_demand(
     them (`_device_alias`) until the job ends (or `until`); the producers follow within
     seconds. A new call replaces the job's previous activation."""
     job = get_job(clickhouse, job_id)
+    _may_activate(who, job)
     if ondemand.ended(job):
         raise Conflict(f"job {job_id} has ended: nothing to activate")
     if not job.nodes:
@@ -283,9 +286,18 @@ def activate_on_demand(
     operation_id="deactivate_on_demand",
     response_model=OnDemandRemoved,
     responses={401: {"model": ErrorBody}, 403: {"model": ErrorBody}, 503: {"model": ErrorBody}},
-    summary="Switch a job's optional metrics off (scheduler or admin token)",
+    summary="Switch a job's optional metrics off (its user's pusher token, scheduler or admin)",
 )
-def deactivate_on_demand(request: Request, _role: Writer, job_id: JobId) -> OnDemandRemoved:
+def deactivate_on_demand(
+    request: Request, who: Activator, clickhouse: ClickHouseDep, job_id: JobId
+) -> OnDemandRemoved:
+    if who.role is Role.PUSHER:
+        _may_activate(who, get_job(clickhouse, job_id))
     app = request.app.state
     ondemand.withdraw(app.kafka, app.settings, job_id)
     return OnDemandRemoved(id=ondemand.activation_key(job_id), job_id=job_id)
+
+
+def _may_activate(who: Principal, job: Job) -> None:
+    if who.role is Role.PUSHER and job.user != who.user:
+        raise Forbidden(f"job {job.job_id} is not a job of {who.user!r}")

@@ -80,8 +80,6 @@ async def post_metrics(request: Request, who: Pusher) -> JSONResponse:
         )
     except push.TooLarge as exc:
         return _error(413, str(exc))
-    except push.Forbidden as exc:
-        return _error(403, str(exc))
     except KafkaUnavailable as exc:
         if exc.acknowledged:
             return _error(

@@ -146,6 +146,29 @@ def test_activation_errors(api_url: str, api_tokens: dict[str, str]) -> None:
     assert ended.status_code == 409 and "has ended" in ended.json()["error"], ended.text
 
 
+def test_users_switch_on_demand_metrics_for_their_own_jobs_only(
+    api_url: str, api_tokens: dict[str, str]
+) -> None:
+    admin = {"Authorization": f"Bearer {api_tokens['admin']}"}
+    created = httpx.post(
+        f"{api_url}/api/tokens", json={"user": "alice", "role": "pusher"}, headers=admin, timeout=10
+    )
+    assert created.status_code == 201, created.text
+    alice = {"Authorization": f"Bearer {created.json()['token']}"}
+    uid = uuid.uuid4().hex[:6]
+    for owner in ("alice", "bob"):
+        job = {"job_id": f"od-{owner}-{uid}", "user": owner, "nodes": ["n1"], "state": "running"}
+        posted = httpx.post(f"{api_url}/api/jobs", json=job, headers=admin, timeout=30)
+        assert posted.status_code == 201, posted.text
+    own = httpx.post(f"{api_url}/api/jobs/od-alice-{uid}/on-demand", json={}, headers=alice)
+    assert own.status_code == 202, own.text
+    other = httpx.post(f"{api_url}/api/jobs/od-bob-{uid}/on-demand", json={}, headers=alice)
+    assert other.status_code == 403 and "not a job of 'alice'" in other.json()["error"]
+    removed = httpx.delete(f"{api_url}/api/jobs/od-bob-{uid}/on-demand", headers=alice)
+    assert removed.status_code == 403
+    assert httpx.delete(f"{api_url}/api/jobs/od-alice-{uid}/on-demand", headers=alice).is_success
+
+
 @pytest.mark.parametrize(
     ("types", "active"),
     [("monitor=wattmetre_power", True), ("deploy,monitor", True), ("deploy", False)],
