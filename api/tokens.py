@@ -57,6 +57,10 @@ def decode(secret: str, token: str) -> Principal:
         claims = jwt.decode(token, secret, algorithms=[ALGORITHM], options={"require": _CLAIMS})
     except jwt.ExpiredSignatureError as exc:
         raise InvalidToken("token expired") from exc
+    except jwt.InvalidSignatureError as exc:
+        raise InvalidToken(f"invalid token ({exc})") from exc
+    except jwt.DecodeError as exc:  # not a signed token at all: neither static nor ours
+        raise InvalidToken("unknown token") from exc
     except jwt.InvalidTokenError as exc:
         raise InvalidToken(f"invalid token ({exc})") from exc
     try:
