@@ -17,20 +17,17 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from api.config import ApiSettings
 from api.tokens import InvalidToken, Principal, Role, decode
 
-__all__ = ["Principal", "Role", "principal", "reads_guard", "require", "role_of"]
+__all__ = ["Principal", "Role", "principal", "reads_guard"]
 
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
 _bearer = HTTPBearer(auto_error=False, description="a jobscope token (see the README)")
 
 
-def token_roles(settings: ApiSettings) -> list[tuple[str, Role]]:
+def _static_role(settings: ApiSettings, token: str) -> Role | None:
+    """The role of a configured static token, compared in constant time."""
     configured = ((settings.admin_token, Role.ADMIN), (settings.scheduler_token, Role.SCHEDULER))
-    return [(token.get_secret_value(), role) for token, role in configured if token]
-
-
-def role_of(settings: ApiSettings, token: str) -> Role | None:
-    for known, role in token_roles(settings):
-        if hmac.compare_digest(known.encode(), token.encode()):
+    for known, role in configured:
+        if known and hmac.compare_digest(known.get_secret_value().encode(), token.encode()):
             return role
     return None
 
@@ -38,7 +35,7 @@ def role_of(settings: ApiSettings, token: str) -> Role | None:
 def authenticate(settings: ApiSettings, token: str) -> Principal:
     """A static token acts as the user named after its role; a signed one as its `sub`.
     HTTPException 401 for anything else (unknown, bad signature, expired)."""
-    role = role_of(settings, token)
+    role = _static_role(settings, token)
     if role is not None:
         return Principal(role.value, role)
     if settings.token_secret is None:
@@ -83,13 +80,3 @@ def reads_guard(
     if credentials is None:
         raise HTTPException(401, "reads need a token here (Authorization: Bearer ...)", _CHALLENGE)
     authenticate(settings, credentials.credentials)
-
-
-def require(*roles: Role) -> Callable[..., Role]:
-    """As `principal`, for routes that need only the role."""
-    admitted = Depends(principal(*roles))  # a default: a local name in Annotated is not resolved
-
-    def check(who: Principal = admitted) -> Role:
-        return who.role
-
-    return check

@@ -40,6 +40,10 @@ class Conflict(RuntimeError):
     """A request the resource's state does not allow (e.g. activating an ended job)."""
 
 
+class TooLarge(ValueError):
+    """A request over a configured size (413), e.g. a push of too many readings or bytes."""
+
+
 def error_parameter(error: Mapping[str, Any]) -> tuple[str, str]:
     """The parameter (or body field) a pydantic error is about, and its message."""
     location = [str(part) for part in error.get("loc", ()) if part not in ("body", "query")]
@@ -48,6 +52,17 @@ def error_parameter(error: Mapping[str, Any]) -> tuple[str, str]:
         parameter = "body"  # invalid JSON is located by a character offset
         message = f"expected a JSON object, sent with Content-Type: application/json ({message})"
     return parameter, message
+
+
+def _kafka_unavailable(exc: Exception) -> str:
+    """What a failed Kafka write left behind: nothing, or the messages acknowledged first."""
+    acknowledged = getattr(exc, "acknowledged", 0)
+    if acknowledged:
+        return (
+            f"{exc}: the messages of {acknowledged} device(s) had been acknowledged "
+            "and are written, the others not"
+        )
+    return f"{exc}: nothing was written"
 
 
 def _parameter_response(parameter: str, message: str) -> JSONResponse:
@@ -61,11 +76,12 @@ def _parameter_response(parameter: str, message: str) -> JSONResponse:
 _ANSWERS: dict[type[Exception], tuple[int, Callable[[Exception], str]]] = {
     ClickHouseUnavailable: (503, str),
     OperationalError: (503, lambda exc: f"ClickHouse: {str(exc).splitlines()[0]}"),
-    KafkaUnavailable: (503, lambda exc: f"{exc}: nothing was written"),
+    KafkaUnavailable: (503, _kafka_unavailable),
     NotFound: (404, str),
     Conflict: (409, str),
     Forbidden: (403, str),
     NotAcceptable: (406, str),
+    TooLarge: (413, str),
 }
 
 

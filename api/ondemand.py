@@ -12,7 +12,6 @@ publishes a tombstone for it. Two ways in:
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
 
 import orjson
 
@@ -20,6 +19,7 @@ from api.config import ApiSettings
 from api.kafka import KafkaPublisher
 from api.params import iso
 from api.schemas import Job, JobCreate, JobState, OnDemand
+from api.scope import now
 
 MONITOR_TYPE = re.compile(r"^monitor(?:=(.*))?$")
 
@@ -42,7 +42,7 @@ def monitor_types(labels: dict[str, str] | None) -> tuple[bool, str | None]:
 def ended(job: JobCreate | Job) -> bool:
     if job.state in (JobState.TERMINATED, JobState.ERROR):
         return True
-    return job.end is not None and job.end <= iso(datetime.now(UTC).replace(tzinfo=None))
+    return job.end is not None and job.end <= iso(now())
 
 
 def activation(job: JobCreate | Job, metrics: str | None, until: str | None) -> OnDemand:

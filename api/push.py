@@ -12,16 +12,17 @@ import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
 
 from api.clickhouse import ClickHouseProvider
 from api.config import ApiSettings
-from api.errors import Forbidden, ParameterError
+from api.errors import Forbidden, ParameterError, TooLarge
 from api.kafka import KafkaPublisher
 from api.params import TIME_HELP, device_name, to_time
+from api.scope import now
 from api.tokens import Principal, Role
 from producers.message import pack_by_device
 from producers.reading import Reading
@@ -31,10 +32,6 @@ SOURCE_LABEL = "source"
 _METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _EPOCH = datetime(1970, 1, 1)
-
-
-class TooLarge(ValueError):
-    """A push over the configured batch or body size (413)."""
 
 
 def parse_body(body: bytes, content_type: str) -> list[Any]:
@@ -74,10 +71,10 @@ def validate(items: list[Any], settings: ApiSettings, who: Principal) -> list[Re
         )
     if not items:
         raise ParameterError("body", "no readings")
-    now = datetime.now(UTC).replace(tzinfo=None)
+    received = now()
     window = _Window(
-        now - timedelta(seconds=settings.push_max_age_s),
-        now + timedelta(seconds=settings.push_max_ahead_s),
+        received - timedelta(seconds=settings.push_max_age_s),
+        received + timedelta(seconds=settings.push_max_ahead_s),
     )
     source = f"user:{who.user}"
     return [

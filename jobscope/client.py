@@ -183,7 +183,7 @@ class Client:
         """POST an NDJSON body (one reading per line) as it is."""
         headers = {"Content-Type": "application/x-ndjson"}
         answer = self._json("POST", "/api/metrics", content=body, headers=headers)
-        return int(answer["count"] if "count" in answer else answer["accepted"])
+        return int(answer["accepted"])
 
     def create_token(self, user: str, role: str, ttl_days: int | None = None) -> dict[str, Any]:
         """POST /api/tokens (an admin token is needed); the API's answer, with the token."""

@@ -84,17 +84,34 @@ def poll_period(
     return entry.update_every
 
 
-def plan(
-    entries: Sequence[DeviceEntry], activations: Activations, now: int
-) -> dict[GroupKey, list[DeviceEntry]]:
-    """The groups to poll now: entries by (plugin, batch key, period)."""
-    batches: dict[tuple[type[Plugin], Hashable, int], list[tuple[int, DeviceEntry]]] = {}
-    for position, entry in enumerate(entries):
+Target = tuple[type[Plugin], Hashable]
+"""What grouping needs of an entry: its plugin and batch key."""
+
+
+def targets(entries: Sequence[DeviceEntry]) -> list[Target]:
+    """Each entry's plugin and batch key, found once: both parse the entry's URL."""
+    found = []
+    for entry in entries:
         plugin = plugin_for(entry.url)
+        found.append((plugin, plugin.batch_key(entry)))
+    return found
+
+
+def plan(
+    entries: Sequence[DeviceEntry],
+    activations: Activations,
+    now: int,
+    found: Sequence[Target] | None = None,
+) -> dict[GroupKey, list[DeviceEntry]]:
+    """The groups to poll now: entries by (plugin, batch key, period); `found` is
+    `targets(entries)` when the caller keeps it."""
+    batches: dict[tuple[type[Plugin], Hashable, int], list[tuple[int, DeviceEntry]]] = {}
+    for position, (entry, (plugin, batch_key)) in enumerate(
+        zip(entries, found or targets(entries), strict=True)
+    ):
         period = poll_period(entry, plugin, activations, now)
         if period is not None:
-            key = (plugin, plugin.batch_key(entry), period)
-            batches.setdefault(key, []).append((position, entry))
+            batches.setdefault((plugin, batch_key, period), []).append((position, entry))
     return {
         (plugin, key, period, tuple(position for position, _ in batch)): [e for _, e in batch]
         for (plugin, key, period), batch in batches.items()
@@ -147,6 +164,7 @@ class Runtime:
         activations: Activations | None = None,
     ) -> None:
         self.entries = list(entries)
+        self._targets = targets(self.entries)
         self.publisher = publisher
         self.settings = settings
         self.activations = activations or Activations()
@@ -177,19 +195,15 @@ class Runtime:
         await stop.wait()
         loops = list(self._loops.values())
         self._loops.clear()
-        for task in [*tasks, *(loop.task for loop in loops if loop.task)]:
+        tasks += [loop.task for loop in loops if loop.task]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(
-            *tasks,
-            *(loop.task for loop in loops if loop.task),
-            *self._stopping,
-            return_exceptions=True,
-        )
+        await asyncio.gather(*tasks, *self._stopping, return_exceptions=True)
         await self._close(loops)
 
     def reconcile(self) -> None:
         """Start the loops of the groups to poll now; retire those no longer wanted."""
-        wanted = plan(self.entries, self.activations, now_us())
+        wanted = plan(self.entries, self.activations, now_us(), self._targets)
         retired = [self._loops.pop(key) for key in self._loops.keys() - wanted.keys()]
         for loop in retired:
             loop.retiring = True

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Body, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from api import ondemand
-from api.auth import Principal, Role, principal, require
+from api.auth import Principal, Role, principal
 from api.deps import ClickHouseDep
 from api.errors import Conflict, Forbidden
 from api.jobs import get_job, merged, write_job
@@ -38,7 +38,7 @@ from api.scope import EVERYTHING, job_selection, with_aliases
 router = APIRouter(prefix="/api/jobs", tags=["jobs"])
 
 JobId = Annotated[str, Path(description="the scheduler's job id", examples=["4242"])]
-Writer = Annotated[Role, Depends(require(Role.SCHEDULER))]
+Writer = Annotated[Principal, Depends(principal(Role.SCHEDULER))]
 Activator = Annotated[Principal, Depends(principal(Role.SCHEDULER, Role.PUSHER))]
 """On-demand metrics: the scheduler, or a pusher for the jobs of its own user."""
 _WRITE_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -66,7 +66,7 @@ def _written(request: Request, job: JobCreate, created: int) -> JSONResponse:
 )
 def post_job(
     request: Request,
-    _role: Writer,
+    _writer: Writer,
     job: Annotated[
         JobCreate,
         Body(
@@ -112,7 +112,7 @@ def post_job(
 )
 def patch_job(
     request: Request,
-    _role: Writer,
+    _writer: Writer,
     clickhouse: ClickHouseDep,
     job_id: JobId,
     patch: Annotated[

@@ -3,7 +3,7 @@ Kafka has every one of them."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
@@ -11,7 +11,7 @@ from starlette.concurrency import run_in_threadpool
 
 from api import push
 from api.auth import Principal, Role, principal
-from api.kafka import KafkaUnavailable
+from api.errors import TooLarge
 from api.schemas import ErrorBody, PushAccepted
 
 router = APIRouter(prefix="/api", tags=["metrics"])
@@ -33,7 +33,7 @@ async def _body(request: Request, limit: int) -> bytes:
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise push.TooLarge(
+            raise TooLarge(
                 f"push body over {limit} bytes (JOBSCOPE_PUSH_MAX_BODY_BYTES): split the batch"
             )
         chunks.append(chunk)
@@ -71,26 +71,8 @@ async def post_metrics(request: Request, who: Pusher) -> JSONResponse:
     acknowledged every message."""
     app = request.app.state
     settings = app.settings
-    try:
-        body = await _body(request, settings.push_max_body_bytes)
-        items = push.parse_body(body, request.headers.get("content-type", ""))
-        readings = push.validate(items, settings, who)
-        count = await run_in_threadpool(
-            push.push, readings, who, app.clickhouse, app.kafka, settings
-        )
-    except push.TooLarge as exc:
-        return _error(413, str(exc))
-    except KafkaUnavailable as exc:
-        if exc.acknowledged:
-            return _error(
-                503,
-                f"{exc}: the messages of {exc.acknowledged} device(s) had been acknowledged "
-                "and are written, the others not",
-            )
-        return _error(503, f"{exc}: nothing was written")
+    body = await _body(request, settings.push_max_body_bytes)
+    items = push.parse_body(body, request.headers.get("content-type", ""))
+    readings = push.validate(items, settings, who)
+    count = await run_in_threadpool(push.push, readings, who, app.clickhouse, app.kafka, settings)
     return JSONResponse({"accepted": count}, status_code=202)
-
-
-def _error(status: int, message: str) -> JSONResponse:
-    content: dict[str, Any] = {"error": message}
-    return JSONResponse(content, status_code=status)

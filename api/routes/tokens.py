@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Request
 
-from api.auth import Role, require
+from api.auth import Principal, Role, principal
 from api.errors import ParameterError
 from api.params import iso
 from api.schemas import ErrorBody, TokenCreated, TokenRequest
+from api.scope import now
 from api.tokens import create_token
 
 router = APIRouter(prefix="/api", tags=["tokens"])
@@ -30,7 +31,7 @@ router = APIRouter(prefix="/api", tags=["tokens"])
     summary="Create a signed token for a user and role (admin token)",
 )
 def post_token(
-    request: Request, _role: Annotated[Role, Depends(require())], asked: TokenRequest
+    request: Request, _admin: Annotated[Principal, Depends(principal())], asked: TokenRequest
 ) -> TokenCreated:
     """E.g. `{"user": "alice", "role": "pusher", "ttl_days": 30}`. The token is not stored:
     it stays valid until it expires or the secret changes."""
@@ -43,6 +44,6 @@ def post_token(
         roles = ", ".join(r.value for r in Role)
         raise ParameterError("role", f"{asked.role!r} is not one of {roles}") from None
     ttl = timedelta(days=asked.ttl_days)
-    expires = datetime.now(UTC).replace(tzinfo=None) + ttl
+    expires = now() + ttl
     token = create_token(secret.get_secret_value(), asked.user, role, ttl)
     return TokenCreated(token=token, user=asked.user, role=role.value, expires_at=iso(expires))

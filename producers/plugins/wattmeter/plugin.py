@@ -9,7 +9,7 @@ every frame while the port is activated on demand with an `optional_period` of 2
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Self
 
 from producers.ondemand import ALIAS_LABEL
@@ -48,10 +48,6 @@ class WattmeterPlugin(Plugin):
     @classmethod
     def check(cls, entry: DeviceEntry) -> None:
         parse(entry)
-
-    @classmethod
-    def batch_key(cls, entry: DeviceEntry) -> Hashable:
-        return entry.device_id
 
     @classmethod
     def build(cls, entries: Sequence[DeviceEntry]) -> list[Self]:

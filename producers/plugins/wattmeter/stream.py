@@ -214,8 +214,7 @@ class Stream:
     def _on_data(self, data: bytes) -> None:
         self._last_data = time.monotonic()
         self._got_data = True
-        if self._error is not None:
-            self._error = None
+        self._error = None
         self.buffer.add(data)
 
     def _ended(self, exc: Exception | None, receiver: _Receiver) -> str:
