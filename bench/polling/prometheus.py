@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.polling.cpu import cpu_seconds
+from bench.polling.producer import start_producer, tail
 from bench.polling.topic import ReadingsCounter
 from bench.systems.base import dpkg_version, wait_for
 from stack.config import REPO_ROOT
@@ -186,16 +187,9 @@ def target_server(workdir: Path, text: str, ports: list[int]) -> Iterator[subpro
 
 def _answers(url: str, proc: subprocess.Popen[bytes], log_file: Path) -> bool:
     if proc.poll() is not None:
-        raise RuntimeError(f"{proc.args} exited:\n{_tail(log_file)}")
+        raise RuntimeError(f"{proc.args} exited:\n{tail(log_file)}")
     with urllib.request.urlopen(url, timeout=2) as response:
         return response.status == 200
-
-
-def _tail(path: Path, lines: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except FileNotFoundError:
-        return "(no log)"
 
 
 # -- the collectors ----------------------------------------------------------------------------
@@ -231,7 +225,7 @@ def start_prometheus(workdir: Path, ports: list[int]) -> tuple[subprocess.Popen[
 
     def ready() -> bool:
         if proc.poll() is not None:
-            raise RuntimeError(f"prometheus exited:\n{_tail(log_file)}")
+            raise RuntimeError(f"prometheus exited:\n{tail(log_file)}")
         return prometheus_counters(web_port)[1] > 0
 
     try:
@@ -318,7 +312,6 @@ def _window(periods: int, pids: dict[str, int | None], web_port: int) -> dict[st
 def measure(state_dir: Path, quick: bool) -> dict[str, Any]:
     """The Prometheus scraping benchmark; keys for the top level of bench-results.json."""
     from stack import services
-    from stack.processes import ManagedProcess
 
     work = state_dir.resolve() / "prometheus"
     shutil.rmtree(work, ignore_errors=True)
@@ -352,19 +345,13 @@ def measure(state_dir: Path, quick: bool) -> dict[str, Any]:
                 )
                 counter = ReadingsCounter(settings.kafka_bootstrap, "readings")
                 counter.start()
-                producer = ManagedProcess("producers", settings.pid_dir, settings.log_dir)
-                producer.start(
-                    [sys.executable, "-m", "producers", "--devices", str(devices_file)],
-                    env=services.component_env(settings),
-                    cwd=REPO_ROOT,
-                )
-                wait_for(
-                    lambda: bool(counter.messages) or not producer.is_running(),
-                    START_TIMEOUT_S,
+                producer = start_producer(
+                    settings,
+                    devices_file,
+                    lambda: bool(counter.messages),
                     "the first readings of jobscope's producer",
+                    START_TIMEOUT_S,
                 )
-                if not producer.is_running():
-                    raise RuntimeError("producer exited:\n" + _tail(producer.log_file))
                 time.sleep(WARMUP_S[quick])
                 pids = {
                     "jobscope": producer.pid(),

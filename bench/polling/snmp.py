@@ -37,7 +37,6 @@ import re
 import shutil
 import statistics
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -48,9 +47,9 @@ from typing import Any
 
 from bench.polling.cpu import Window
 from bench.polling.kwollect import KWOLLECT_TABLES, kwollect_venv
+from bench.polling.producer import start_producer, tail
 from bench.polling.topic import ReadingsCounter
 from bench.systems.base import dpkg_version, wait_for
-from stack.config import REPO_ROOT
 from stack.processes import free_port, stop_child
 from stack.simulators.snmpd import Snmpd
 
@@ -177,7 +176,6 @@ def _jobscope(
     workdir: Path, devices_file: Path, agents: list[Snmpd], n: int, quick: bool
 ) -> dict[str, Any]:
     from stack import services
-    from stack.processes import ManagedProcess
 
     settings = services.fresh_stack(workdir / "stack")
     counter: ReadingsCounter | None = None
@@ -185,22 +183,16 @@ def _jobscope(
         services.start_kafka(settings)
         counter = ReadingsCounter(settings.kafka_bootstrap, "readings")
         counter.start()
-        proc = ManagedProcess("producers", settings.pid_dir, settings.log_dir)
-        env = {**services.component_env(settings), "JOBSCOPE_STATS_INTERVAL_S": "10"}
-        proc.start(
-            [sys.executable, "-m", "producers", "--devices", str(devices_file)],
-            env=env,
-            cwd=REPO_ROOT,
+        proc = start_producer(
+            settings,
+            devices_file,
+            lambda: bool(counter.messages),
+            "the first readings of jobscope's producer",
+            START_TIMEOUT_S,
+            JOBSCOPE_STATS_INTERVAL_S="10",
         )
         pid = proc.pid()
         assert pid is not None
-        wait_for(
-            lambda: bool(counter.messages) or not proc.is_running(),
-            START_TIMEOUT_S,
-            "the first readings of jobscope's producer",
-        )
-        if not proc.is_running():
-            raise RuntimeError("producer exited:\n" + _tail(proc.log_file))
         time.sleep(WARMUP_S[quick])
         kafka_pid = services.process(settings, "kafka").pid()
         window = Window(pid, [kafka_pid] if kafka_pid else [], [a.pid or 0 for a in agents])
@@ -237,13 +229,6 @@ def _jobscope(
         if counter is not None:
             counter.finish.set()
         services.stop_all(settings)
-
-
-def _tail(path: Path, lines: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except FileNotFoundError:
-        return "(no log)"
 
 
 # -- snmp_exporter ---------------------------------------------------------------------------
@@ -363,7 +348,7 @@ def _exporter(
 
         def answers() -> bool:
             if proc.poll() is not None:
-                raise RuntimeError(f"snmp_exporter exited:\n{_tail(log_file)}")
+                raise RuntimeError(f"snmp_exporter exited:\n{tail(log_file)}")
             with urllib.request.urlopen(url, timeout=5) as response:
                 return response.status == 200 and b"sys_uptime" in response.read()
 
@@ -437,7 +422,7 @@ def _kwollector(
             "kwollector's first rows",
         )
         if proc.poll() is not None:
-            raise RuntimeError(f"kwollector exited ({proc.returncode}):\n{_tail(log_file)}")
+            raise RuntimeError(f"kwollector exited ({proc.returncode}):\n{tail(log_file)}")
         time.sleep(WARMUP_S[quick])
         postmaster = int((pg.pgdata / "postmaster.pid").read_text().split()[0])
         window = Window(proc.pid, [postmaster], [a.pid or 0 for a in agents])

@@ -29,7 +29,6 @@ import logging
 import os
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -40,6 +39,7 @@ from typing import Any
 
 from bench.polling.cpu import Window
 from bench.polling.kwollect import KWOLLECT_TABLES, kwollect_venv
+from bench.polling.producer import start_producer, tail
 from bench.polling.topic import TopicFollower
 from bench.systems.base import wait_for
 from bench.systems.postgres import Postgres
@@ -84,13 +84,6 @@ def _meters(count: int, prefix: str) -> list[MeterSpec]:
 
 def _ports(specs: list[MeterSpec]) -> list[str]:
     return [f"{spec.name}-port{p}" for spec in specs for p in range(spec.channels)]
-
-
-def _tail(path: Path, lines: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except FileNotFoundError:
-        return "(no log)"
 
 
 # -- jobscope ------------------------------------------------------------------------------
@@ -178,7 +171,6 @@ def write_devices_file(path: Path, specs: list[MeterSpec]) -> Path:
 
 def _jobscope(work: Path, quick: bool) -> dict[str, Any]:
     from stack import services, topics
-    from stack.processes import ManagedProcess
 
     settings = services.fresh_stack(work / "stack")
     meters = Wattmetres(work / "meters", _meters(METERS[quick], "wmj"), free_port(), seed=SEED)
@@ -192,20 +184,16 @@ def _jobscope(work: Path, quick: bool) -> dict[str, Any]:
         spans = MessageSpans(settings.kafka_bootstrap, topics.READINGS.name, "wmj")
         spans.start()
         devices = write_devices_file(work / "devices.yaml", specs)
-        proc = ManagedProcess("producers", settings.pid_dir, settings.log_dir)
-        env = {**services.component_env(settings), "JOBSCOPE_STATS_INTERVAL_S": "5"}
-        proc.start(
-            [sys.executable, "-m", "producers", "--devices", str(devices)], env=env, cwd=REPO_ROOT
+        proc = start_producer(
+            settings,
+            devices,
+            spans.full_mode,
+            "readings of every frame from jobscope's producer",
+            START_TIMEOUT_S,
+            JOBSCOPE_STATS_INTERVAL_S="5",
         )
         pid = proc.pid()
         assert pid is not None
-        wait_for(
-            lambda: spans.full_mode() or not proc.is_running(),
-            START_TIMEOUT_S,
-            "readings of every frame from jobscope's producer",
-        )
-        if not proc.is_running():
-            raise RuntimeError("producer exited:\n" + _tail(proc.log_file))
         time.sleep(WARMUP_S[quick])
         kafka_pid = services.process(settings, "kafka").pid()
         window = Window(pid, [kafka_pid] if kafka_pid else [], [meters.pid or 0])
@@ -309,7 +297,7 @@ def _kwollector(side: KwollectSide, work: Path, quick: bool) -> dict[str, Any]:
         )
         if exited():
             raise RuntimeError(
-                "kwollector-wattmetre exited:\n" + _tail(work / f"{specs[0].name}.log")
+                "kwollector-wattmetre exited:\n" + tail(work / f"{specs[0].name}.log")
             )
         time.sleep(WARMUP_S[quick])
         postmaster = int((pg.pgdata / "postmaster.pid").read_text().split()[0])
