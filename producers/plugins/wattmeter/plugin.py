@@ -86,32 +86,17 @@ class WattmeterPlugin(Plugin):
         timestamps: list[int] = []
         rows: list[list[float]] = []
         parse = self._parse
-        run: list[bytes] = []
-        for item in [*items, b""]:
-            if item:
-                run.append(item)
+        for line in self._lines(items):
+            line = line.strip()
+            if not line:
                 continue
-            if item is None or run:
-                lines = (self._tail + b"".join(run)).split(b"\n")
-                run.clear()
-                self._tail = lines.pop()
-                if item is None and self._tail.strip():
-                    self._skip("incomplete frame", "the stream was cut in the middle of a line")
-                    self._tail = b""
-                for line in lines:
-                    line = line.strip()
-                    if not line:
-                        continue
-                    try:
-                        timestamp, values = parse(line)
-                    except FrameError as exc:
-                        self._skip(exc.what, str(exc))
-                        continue
-                    timestamps.append(timestamp)
-                    rows.append(values)
-        if len(self._tail) > MAX_LINE_BYTES:
-            self._skip("malformed frame", f"no end of line within {MAX_LINE_BYTES} bytes")
-            self._tail = b""
+            try:
+                timestamp, values = parse(line)
+            except FrameError as exc:
+                self._skip(exc.what, str(exc))
+                continue
+            timestamps.append(timestamp)
+            rows.append(values)
         if not rows:
             return Batch(timestamps, [])
         width = max(map(len, rows))
@@ -120,6 +105,26 @@ class WattmeterPlugin(Plugin):
                 row.extend([NAN] * (width - len(row)))
         self._grow(width)
         return Batch(timestamps, list(zip(*rows, strict=True)))
+
+    def _lines(self, items: list[bytes | None]) -> list[bytes]:
+        """The complete lines of the chunks, after the one the previous poll left unfinished;
+        the unfinished line of a session that ended (None) is dropped, reported."""
+        lines: list[bytes] = []
+        run = [self._tail]
+        for item in items:
+            if item is not None:
+                run.append(item)
+                continue
+            lines += b"".join(run).split(b"\n")
+            if lines.pop().strip():
+                self._skip("incomplete frame", "the stream was cut in the middle of a line")
+            run = []
+        lines += b"".join(run).split(b"\n")
+        self._tail = lines.pop()
+        if len(self._tail) > MAX_LINE_BYTES:
+            self._skip("malformed frame", f"no end of line within {MAX_LINE_BYTES} bytes")
+            self._tail = b""
+        return lines
 
     def _grow(self, width: int) -> None:
         """One series per port the meter has shown so far."""
