@@ -16,6 +16,8 @@ def main() -> None:
         port=settings.api_port,
         log_level="info",
         access_log=False,
+        # live streams never end on their own: past this, shutdown closes them
+        timeout_graceful_shutdown=settings.shutdown_timeout_s,
     )
 
 

@@ -44,5 +44,28 @@ class ApiSettings(BaseSettings):
     job_visible_timeout_s: float = Field(
         5.0, ge=0, description="a job write waits this long to be queryable (201), else 202"
     )
+    consumer_group: str = Field(
+        "jobscope-clickhouse",
+        description="ClickHouse's Kafka consumer group: a live replay waits for its offsets",
+    )
+    live_max_clients: int = Field(200, ge=0, description="live streams at once; more: 503")
+    live_buffer_bytes: int = Field(
+        8 * 1024 * 1024, gt=0, description="messages a live stream may hold unsent; more: dropped"
+    )
+    live_send_timeout_s: float = Field(
+        30.0, gt=0, description="a live client taking no event for this long is disconnected"
+    )
+    live_flush_s: float = Field(0.1, ge=0, description="least time between two readings events")
+    live_heartbeat_s: float = Field(15.0, gt=0, description="a comment when nothing else is sent")
+    live_job_check_s: float = Field(2.0, gt=0, description="how often a live stream reads its job")
+    live_end_grace_s: float = Field(
+        5.0, ge=0, description="a live stream ends this long after its job's end"
+    )
+    live_seam_timeout_s: float = Field(
+        30.0, gt=0, description="a since= replay waits this long for ClickHouse to catch up"
+    )
     default_window_s: int = Field(300, gt=0, description="start_time defaults to end_time - this")
     health_timeout_s: float = Field(2.0, gt=0)
+    shutdown_timeout_s: float = Field(
+        3.0, gt=0, description="on stop, open requests (live streams) get this long to end"
+    )

@@ -44,6 +44,10 @@ class TooLarge(ValueError):
     """A request over a configured size (413), e.g. a push of too many readings or bytes."""
 
 
+class Busy(RuntimeError):
+    """A configured limit of concurrent work is reached (503), e.g. live streams."""
+
+
 def error_parameter(error: Mapping[str, Any]) -> tuple[str, str]:
     """The parameter (or body field) a pydantic error is about, and its message."""
     location = [str(part) for part in error.get("loc", ()) if part not in ("body", "query")]
@@ -82,6 +86,7 @@ _ANSWERS: dict[type[Exception], tuple[int, Callable[[Exception], str]]] = {
     Forbidden: (403, str),
     NotAcceptable: (406, str),
     TooLarge: (413, str),
+    Busy: (503, str),
 }
 
 

@@ -11,7 +11,9 @@ from api import auth, errors
 from api.clickhouse import ClickHouseProvider
 from api.config import ApiSettings
 from api.kafka import KafkaPublisher
-from api.routes import devices, health, jobs, kwollect, metrics, push, tokens
+from api.live.hub import ReadingsHub
+from api.live.ingested import IngestWatch
+from api.routes import devices, health, jobs, kwollect, live, metrics, push, tokens
 
 
 def create_app(settings: ApiSettings) -> FastAPI:
@@ -19,7 +21,13 @@ def create_app(settings: ApiSettings) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.clickhouse = ClickHouseProvider(settings)
         app.state.kafka = KafkaPublisher(settings)
+        app.state.live_hub = ReadingsHub(settings.kafka_bootstrap, settings.readings_topic)
+        app.state.live_ingested = IngestWatch(
+            settings.kafka_bootstrap, settings.consumer_group, settings.readings_topic
+        )
         yield
+        app.state.live_hub.close()
+        app.state.live_ingested.close()
         app.state.kafka.close()
         app.state.clickhouse.close()
 
@@ -36,6 +44,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
     app.include_router(push.router)
     app.include_router(tokens.router)
     app.include_router(jobs.router)
+    app.include_router(live.router)
     app.include_router(devices.router)
     app.include_router(kwollect.router)
     app.include_router(health.router)

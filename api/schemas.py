@@ -33,6 +33,7 @@ class Health(BaseModel):
     status: str = Field(examples=["ok", "degraded"])
     kafka: ComponentHealth
     clickhouse: ComponentHealth
+    live_streams: int = Field(0, description="clients following a job's live stream now")
 
 
 class ErrorBody(BaseModel):

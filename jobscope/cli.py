@@ -189,6 +189,45 @@ def summary(ctx: click.Context, job: str, metrics: str | None) -> None:
 
 
 @cli.command()
+@click.option("--job", required=True, help="the job whose readings are followed")
+@click.option("--metrics", help="comma-separated metric ids or globs, e.g. 'wattmetre_*'")
+@click.option("--devices", help="keep these devices of the job's scope")
+@click.option("--since", help="replay the job's readings from then first (ISO 8601 or Unix s)")
+@click.option(
+    "--format", "fmt", type=click.Choice(("table", "ndjson")), default="table", show_default=True
+)
+@click.pass_context
+def tail(
+    ctx: click.Context,
+    job: str,
+    metrics: str | None,
+    devices: str | None,
+    since: str | None,
+    fmt: str,
+) -> None:
+    """A job's readings as they arrive, until the job ends (Ctrl-C stops earlier)."""
+    readings = _client(ctx).live(job, metrics=metrics, devices=devices, since=since, frames=False)
+    out = sys.stdout
+    try:
+        for reading in readings:
+            out.write(json.dumps(reading) + "\n" if fmt == "ndjson" else _tail_line(reading))
+            out.flush()
+    except KeyboardInterrupt:
+        sys.exit(130)
+    click.echo(f"job {job} has ended", err=True)
+
+
+def _tail_line(reading: dict[str, Any]) -> str:
+    """One reading on one line: time (UTC, to the millisecond), device, metric, value, labels."""
+    labels = " ".join(f"{k}={v}" for k, v in reading["labels"].items())
+    when = reading["timestamp"][:23].replace("T", " ")
+    return (
+        f"{when}  {reading['device_id']:<14} {reading['metric_id']:<32} "
+        f"{_cell(float(reading['value'])):>12}  {labels}\n"
+    )
+
+
+@cli.command()
 @click.argument("source", type=click.File("rb"), default="-")
 @click.pass_context
 def push(ctx: click.Context, source: IO[bytes]) -> None:

@@ -25,6 +25,7 @@ import pyarrow as pa
 
 DEFAULT_API = "http://127.0.0.1:8000"
 READING_FORMATS = ("csv", "parquet", "ndjson", "json", "arrow")
+READING_COLUMNS = ["timestamp", "device_id", "metric_id", "value", "labels"]
 TimeArg = str | int | float | datetime | None
 
 
@@ -141,6 +142,55 @@ class Client:
             body = response.read()
         return readings_frame(body)
 
+    def live_events(
+        self,
+        job: str | int,
+        *,
+        metrics: str | Iterable[str] | None = None,
+        devices: str | Iterable[str] | None = None,
+        since: TimeArg = None,
+    ) -> Iterator[tuple[str, Any]]:
+        """The events of GET /api/jobs/{job}/live as (name, decoded data) pairs, comments
+        left out, until the server ends the stream (after `end`, `dropped` or `error`)."""
+        params = {
+            k: v if isinstance(v, str) else ",".join(v)
+            for k, v in (("metrics", metrics), ("devices", devices))
+            if v is not None
+        }
+        if since is not None:
+            params["since"] = _time(since)
+        # no read timeout: the server sends a comment every 15 s, an idle job is no error
+        timeout = httpx.Timeout(self._http.timeout.connect, read=None)
+        with self._send(
+            "GET", f"/api/jobs/{_segment(job)}/live", params=params, timeout=timeout
+        ) as response:
+            yield from server_sent_events(response.iter_lines())
+
+    def live(
+        self,
+        job: str | int,
+        *,
+        metrics: str | Iterable[str] | None = None,
+        devices: str | Iterable[str] | None = None,
+        since: TimeArg = None,
+        frames: bool = True,
+    ) -> Iterator[Any]:
+        """A job's readings as they arrive, until the job ends: a DataFrame per batch (the
+        columns of `metrics`), or with `frames=False` each reading as a dict in Kwollect's
+        shape. `since` replays the job's readings from then first. ApiError if the server
+        dropped the stream (the client did not keep up) or could not go on."""
+        events = self.live_events(job, metrics=metrics, devices=devices, since=since)
+        for name, data in events:
+            if name == "readings":
+                if frames:
+                    yield live_frame(data)
+                else:
+                    yield from data
+            elif name in ("dropped", "error"):
+                raise ApiError(f"live stream of job {job} {name}: {data.get('error')}")
+            elif name == "end":
+                return
+
     def jobs(
         self,
         *,
@@ -212,10 +262,34 @@ def _pushable(row: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def server_sent_events(lines: Iterable[str]) -> Iterator[tuple[str, Any]]:
+    """Server-Sent Events (their `event:` and `data:` fields; comments and `id:` left out),
+    data decoded as JSON."""
+    name, data = "message", []
+    for line in lines:
+        if not line:
+            if data:
+                yield name, json.loads("\n".join(data))
+            name, data = "message", []
+        elif line.startswith("event:"):
+            name = line[6:].strip()
+        elif line.startswith("data:"):
+            data.append(line[5:].removeprefix(" "))
+
+
+def live_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """Readings in Kwollect's shape as a DataFrame with the columns of `readings_frame`."""
+    frame = pd.DataFrame(rows, columns=READING_COLUMNS)
+    frame["timestamp"] = pd.to_datetime(frame["timestamp"], utc=True, format="ISO8601").astype(
+        "datetime64[us, UTC]"
+    )
+    frame["value"] = frame["value"].astype("float64")
+    return frame
+
+
 def readings_frame(arrow_stream: bytes) -> pd.DataFrame:
     """An Arrow IPC stream of readings as a DataFrame: UTC microsecond timestamps and labels
     as dicts."""
-    columns = ["timestamp", "device_id", "metric_id", "value", "labels"]
     if not arrow_stream:
         table = pa.table(
             {
@@ -233,4 +307,4 @@ def readings_frame(arrow_stream: bytes) -> pd.DataFrame:
     frame["labels"] = [dict(pairs) if pairs is not None else {} for pairs in frame["labels"]]
     for name in ("device_id", "metric_id"):
         frame[name] = frame[name].astype(str)
-    return frame[columns]
+    return frame[READING_COLUMNS]

@@ -39,6 +39,7 @@ def get_health(request: Request, settings: SettingsDep) -> JSONResponse:
         status="ok",
         kafka=kafka_health(settings.kafka_bootstrap, settings.health_timeout_s),
         clickhouse=clickhouse_health(request.app.state.clickhouse),
+        live_streams=request.app.state.live_hub.subscribers,
     )
     if not (health.kafka.ok and health.clickhouse.ok):
         health.status = "degraded"

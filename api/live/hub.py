@@ -1,0 +1,211 @@
+"""One Kafka consumer per API process, shared by every live stream.
+
+It reads every partition of the readings topic from the end (no consumer group: it never
+commits and never rebalances) and hands each message to the streams that asked for its
+key, the device id: a message of no subscribed device is never decoded, so a stream costs
+in proportion to its own devices, not to the site. It runs in a thread while at least one
+stream is subscribed and stops `idle_s` after the last one left.
+
+Each subscription holds at most `buffer_bytes` of messages not yet taken by its stream;
+past that it is marked overflowed and fed no more (its stream then tells the client it was
+dropped): a slow client costs bounded memory and never slows the others.
+
+`Subscription.positions` is, per partition, the offset of the first message the
+subscription receives: every later message reaches it, none before. The stream uses it to
+join a replay from ClickHouse to the live messages (api/live/stream.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from confluent_kafka import Consumer, TopicPartition
+
+from producers.message import unpack
+from producers.reading import Reading
+
+log = logging.getLogger("jobscope.api.live")
+_POLL_S = 0.05
+_ERROR_LOG_EVERY_S = 30.0
+
+
+@dataclass(eq=False)
+class Subscription:
+    """What one stream receives; fed by the hub's thread, drained by the stream's task."""
+
+    keys: frozenset[str]
+    loop: asyncio.AbstractEventLoop
+    buffer_bytes: int
+    positions: dict[int, int] = field(default_factory=dict)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    overflowed: bool = False
+    _pending: deque[list[Reading]] = field(default_factory=deque)
+    _bytes: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def offer(self, readings: list[Reading], size: int) -> bool:
+        """Queue a message's readings (hub thread); False once over the bound."""
+        with self._lock:
+            if self.overflowed:
+                return False
+            if self._bytes + size > self.buffer_bytes:
+                self.overflowed = True
+                self._pending.clear()
+                self._bytes = 0
+                return False
+            self._pending.append(readings)
+            self._bytes += size
+            return True
+
+    def take(self) -> list[Reading]:
+        """Every queued reading, oldest first (stream task)."""
+        with self._lock:
+            taken = [r for message in self._pending for r in message]
+            self._pending.clear()
+            self._bytes = 0
+            self.wake.clear()
+        return taken
+
+    def signal(self) -> None:
+        self.loop.call_soon_threadsafe(self.wake.set)
+
+
+class ReadingsHub:
+    def __init__(self, bootstrap: str, topic: str, idle_s: float = 30.0) -> None:
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.idle_s = idle_s
+        self._lock = threading.Lock()
+        self._subscriptions: set[Subscription] = set()
+        self._by_key: dict[bytes, set[Subscription]] = {}
+        self._positions: dict[int, int] = {}
+        self._consumer: Consumer | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self.malformed = 0
+        """Messages that could not be decoded (ClickHouse's ingest_errors has them too)."""
+
+    def subscribe(self, sub: Subscription) -> None:
+        """Start receiving the messages of `sub.keys` published from now on; sets
+        `sub.positions`. Blocking (starts the consumer if needed): call it in a thread."""
+        with self._lock:
+            if self._consumer is None:
+                self._start()
+            sub.positions = dict(self._positions)
+            self._subscriptions.add(sub)
+            self._index(sub, sub.keys)
+
+    def update(self, sub: Subscription, keys: frozenset[str]) -> None:
+        """Change the devices a subscription receives (its job's nodes or aliases changed)."""
+        with self._lock:
+            if sub not in self._subscriptions:
+                return
+            self._unindex(sub)
+            sub.keys = keys
+            self._index(sub, keys)
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        with self._lock:
+            self._subscriptions.discard(sub)
+            self._unindex(sub)
+
+    @property
+    def subscribers(self) -> int:
+        return len(self._subscriptions)
+
+    def close(self) -> None:
+        self._stopping = True
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout=5)
+
+    def _index(self, sub: Subscription, keys: frozenset[str]) -> None:
+        for key in keys:
+            self._by_key.setdefault(key.encode(), set()).add(sub)
+
+    def _unindex(self, sub: Subscription) -> None:
+        for key in sub.keys:
+            subs = self._by_key.get(key.encode())
+            if subs is not None:
+                subs.discard(sub)
+                if not subs:
+                    del self._by_key[key.encode()]
+
+    def _start(self) -> None:
+        """Assign every partition at its current end (under `_lock`)."""
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": "jobscope-api-live",  # required by the client; never joined
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "fetch.wait.max.ms": 50,
+                "log_level": 3,
+            }
+        )
+        try:
+            metadata = consumer.list_topics(self.topic, timeout=10).topics[self.topic]
+            if metadata.error is not None:
+                raise RuntimeError(f"topic {self.topic}: {metadata.error.str()}")
+            positions = {}
+            for partition in sorted(metadata.partitions):
+                tp = TopicPartition(self.topic, partition)
+                positions[partition] = consumer.get_watermark_offsets(tp, timeout=10)[1]
+        except Exception:
+            consumer.close()
+            raise
+        consumer.assign([TopicPartition(self.topic, p, o) for p, o in positions.items()])
+        self._consumer, self._positions = consumer, positions
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="live readings", daemon=True)
+        self._thread.start()
+        log.info("live: reading %s from its end (%d partitions)", self.topic, len(positions))
+
+    def _run(self) -> None:
+        consumer = self._consumer
+        assert consumer is not None
+        idle_since: float | None = None
+        error_logged = 0.0
+        try:
+            while not self._stopping:
+                messages = consumer.consume(1000, _POLL_S)
+                woken: set[Subscription] = set()
+                with self._lock:
+                    for message in messages:
+                        error = message.error()
+                        if error is not None:
+                            if time.monotonic() - error_logged > _ERROR_LOG_EVERY_S:
+                                error_logged = time.monotonic()
+                                log.warning("live: Kafka: %s", error.str())
+                            continue
+                        self._positions[message.partition()] = message.offset() + 1
+                        subs = self._by_key.get(message.key() or b"")
+                        if subs:
+                            self._dispatch(message.value() or b"", subs, woken)
+                    if self._subscriptions:
+                        idle_since = None
+                    elif idle_since is None:
+                        idle_since = time.monotonic()
+                    elif time.monotonic() - idle_since > self.idle_s:
+                        self._consumer = None
+                        break
+                for sub in woken:
+                    sub.signal()
+        finally:
+            consumer.close()
+            log.info("live: stopped reading %s", self.topic)
+
+    def _dispatch(self, payload: bytes, subs: set[Subscription], woken: set[Subscription]) -> None:
+        try:
+            readings = unpack(payload)
+        except ValueError:
+            self.malformed += 1
+            return
+        for sub in subs:
+            if sub.offer(readings, len(payload)) or sub.overflowed:
+                woken.add(sub)

@@ -1,0 +1,77 @@
+"""GET /api/jobs/{job_id}/live: a job's readings as they arrive (Server-Sent Events)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+
+from api.errors import Busy
+from api.jobs import get_job
+from api.live.sse import MEDIA_TYPE, EventStreamResponse
+from api.live.stream import JobStream, LiveRequest
+from api.params import TIME_HELP, parse_devices, parse_labels, parse_patterns, parse_time
+from api.routes.jobs import JobId
+from api.schemas import ErrorBody
+from api.scope import Asked
+
+router = APIRouter(prefix="/api/jobs", tags=["jobs"])
+
+
+@router.get(
+    "/{job_id}/live",
+    operation_id="get_job_live",
+    response_class=EventStreamResponse,
+    responses={
+        200: {"content": {MEDIA_TYPE: {}}, "description": "events until the job ends"},
+        400: {"model": ErrorBody},
+        404: {"model": ErrorBody},
+        503: {"model": ErrorBody, "description": "Kafka unreachable, or too many live streams"},
+    },
+    summary="A job's readings as they arrive (Server-Sent Events)",
+)
+async def get_job_live(
+    request: Request,
+    job_id: JobId,
+    metrics: Annotated[
+        str | None, Query(description="comma-separated metric ids or globs (`wattmetre_*`)")
+    ] = None,
+    devices: Annotated[
+        str | None, Query(description="keep these devices of the scope (nodes or measuring)")
+    ] = None,
+    label: Annotated[
+        list[str] | None, Query(description="key=value, repeatable: readings with this label")
+    ] = None,
+    since: Annotated[
+        str | None,
+        Query(description=f"{TIME_HELP}: replay the job's readings from then first; else now"),
+    ] = None,
+) -> EventStreamResponse:
+    """Events `readings` (a JSON array of readings, as `/api/jobs/{id}/metrics` shows them:
+    the job's nodes and the devices measuring them, summed under the node too), `live`
+    once the replay asked by `since` is over, `end` when the job has ended, `dropped` if
+    the client did not keep up, `error`; a `: keepalive` comment when nothing else is sent.
+    An `EventSource` should close itself on `end`."""
+    asked = Asked(
+        devices=parse_devices("devices", devices),
+        metrics=parse_patterns("metrics", metrics),
+        labels=parse_labels(label),
+        start=parse_time("since", since),
+        end=None,
+    )
+    app = request.app.state
+    settings = app.settings
+    clickhouse = app.clickhouse.get()
+    job = await asyncio.to_thread(get_job, clickhouse, job_id)
+    hub = app.live_hub
+    if hub.subscribers >= settings.live_max_clients:
+        raise Busy(f"{settings.live_max_clients} live streams are open: try again later")
+    stream = JobStream(LiveRequest(job_id, asked), clickhouse, hub, app.live_ingested, settings)
+    sub = await stream.open(job)
+    return EventStreamResponse(
+        stream.events(sub),
+        settings.live_send_timeout_s,
+        f"job {job_id}",
+        lambda: hub.unsubscribe(sub),
+    )
