@@ -257,3 +257,64 @@ def test_token_create_and_push(
     frame = client.metrics(devices=node, **window)
     assert sorted(frame["value"]) == [0.0, 1.0, 2.0, 3.0]
     assert {lab.get("source") for lab in frame["labels"]} == {f"user:{user}"}
+
+
+def test_tail_replays_an_ended_job_as_ndjson_and_exits(api_url: str, scenario: Scenario) -> None:
+    done = run(
+        api_url,
+        "tail",
+        "--job",
+        scenario.job_id,
+        "--since",
+        scenario.start.isoformat(),
+        "--metrics",
+        "bmc_*",
+        "--format",
+        "ndjson",
+    )
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in done.stdout.decode().splitlines()]
+    got = [(r["timestamp"], r["device_id"], r["metric_id"], r["value"], r["labels"]) for r in rows]
+    assert got == bmc_rows(scenario)
+    assert f"job {scenario.job_id} has ended" in done.stderr.decode()
+
+
+def test_tail_prints_a_running_jobs_readings_as_they_arrive(
+    api_url: str, api_tokens: dict[str, str]
+) -> None:
+    """A running job; readings pushed after `jobscope tail` started show up on its stdout."""
+    prefix = f"tail-{uuid.uuid4().hex[:6]}"
+    node = f"{prefix}-n1"
+    admin = Client(api_url, api_tokens["admin"])
+    start = datetime.now(UTC) - timedelta(minutes=1)
+    admin._json(
+        "POST",
+        "/api/jobs",
+        json={"job_id": prefix, "nodes": [node], "start": start.isoformat(), "state": "running"},
+    )
+    process = subprocess.Popen(
+        [str(JOBSCOPE), "--api", api_url, "tail", "--job", prefix],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None
+    os.set_blocking(process.stdout.fileno(), False)
+    out = b""
+
+    def printed(metric: str) -> bool:
+        """Push one reading now (the stream shows what arrives once it is open), then take
+        what tail printed so far."""
+        nonlocal out
+        reading = {"timestamp": time.time(), "device_id": node, "metric_id": metric, "value": 42.5}
+        admin.push([reading])
+        if select.select([process.stdout], [], [], 0.5)[0]:
+            out += process.stdout.read() or b""
+        return metric.encode() in out
+
+    try:
+        wait_until(lambda: printed("app_phase_total"), 60, "the pushed reading in tail's output")
+    finally:
+        process.terminate()
+        process.wait(10)
+    line = next(ln for ln in out.decode().splitlines() if "app_phase_total" in ln)
+    assert node in line and "42.5" in line and "source=user:admin" in line

@@ -120,3 +120,20 @@ def test_push_a_frame_and_read_it_back(api_url: str, api_tokens: dict[str, str])
     source = {lab.pop("source") for lab in got["labels"]}
     assert len(source) == 1 and source.pop().startswith("user:")
     pd.testing.assert_frame_equal(got, sent.astype({"timestamp": "datetime64[us, UTC]"}))
+
+
+def test_live_replays_an_ended_job_then_stops(api_url: str, scenario: Scenario) -> None:
+    """`live` with `since` on a job that ended: its readings (from ClickHouse) as DataFrames
+    with the columns of `metrics`, then the iterator ends with the stream."""
+    client = Client(api_url)
+    frames = list(client.live(scenario.job_id, since=scenario.start.isoformat()))
+    frame = pd.concat(frames, ignore_index=True)
+    assert list(frame.columns) == ["timestamp", "device_id", "metric_id", "value", "labels"]
+    assert str(frame["timestamp"].dtype) == "datetime64[us, UTC]"
+    expected = client.metrics(job=scenario.job_id)
+    key = ["timestamp", "device_id", "metric_id", "value"]
+    assert sorted(frame[key].itertuples(index=False, name=None)) == sorted(
+        expected[key].itertuples(index=False, name=None)
+    )
+    readings = list(client.live(scenario.job_id, metrics="bmc_power_watt", since=0, frames=False))
+    assert len(readings) == 240 and {r["metric_id"] for r in readings} == {"bmc_power_watt"}
