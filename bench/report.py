@@ -305,6 +305,42 @@ def _drain(v: dict[str, Any]) -> str:
 SNMP_GOAL = 1.5  # snmp_vs_exporter: jobscope's OIDs per CPU-second / snmp_exporter's
 
 
+def live_rows(results: dict[str, Any]) -> list[str]:
+    """The API's live stream (bench/polling/live.py): latency and CPU per client."""
+    if "live_latency_p99_s" not in results:
+        return []
+    live, p99 = results["live"], results["live_latency_p99_s"]
+    k, goal = live["k_max"], live["goal_p99_s"]
+    idle = live["phases"]["idle"]["api_cpu_cores"]
+    busy = max(p["machine_busy_fraction"] for p in live["phases"].values())
+    rows = [
+        "| Live stream (GET /api/jobs/{id}/live): reading's timestamp to its arrival at the "
+        f"client, s (p50 / p99 / max; {live['latency_readings']:,} readings, up to {k} clients) | "
+        f"{_fmt(results['live_latency_p50_s'], '{:.3f}')} / {_fmt(p99, '{:.3f}')} / "
+        f"{_fmt(results['live_latency_max_s'], '{:.3f}')}; goal p99 <= {goal:g}: "
+        + ("met" if p99 is not None and p99 <= goal else "MISSED")
+        + f" (machine CPU busy up to {100 * busy:.0f}% in a window) |",
+        "| Live stream: API CPU per connected client, % of a core (1 client; "
+        f"{k} on one job; {k} on {k} jobs) | "
+        f"{_fmt(results['live_cpu_per_client_k1'], '{:.2f}')}; "
+        f"{_fmt(results['live_cpu_per_client'], '{:.2f}')}; "
+        f"{_fmt(results['live_cpu_per_client_distinct_jobs'], '{:.2f}')} "
+        f"(API with no client: {100 * idle:.2f}%) |",
+    ]
+    replay = live["replay"]
+    rows.append(
+        f"| Live stream: since= replay of {replay['replayed']:,} readings until the 'live' "
+        "event; job's end (PATCH) until the 'end' event, s | "
+        f"{replay['replay_to_live_s']:.2f}; {_fmt(live['end_event_s'], '{:.2f}')}"
+        + (f" ({live['end_note']})" if live.get("end_note") else "")
+        + " |"
+    )
+    if live.get("problems"):
+        found = "; ".join(f"{kind}: {n:,}" for kind, n in live["problems"].items())
+        rows.append(f"| Live stream: PROBLEMS (examples in bench-results.json) | {found} |")
+    return rows
+
+
 def polling_markdown(results: dict[str, Any]) -> str:
     """The polling benchmarks (bench/polling/): collectors' efficiency on real devices."""
     lines = ["| polling (real devices) | value |", "|---|---|"]
@@ -372,6 +408,7 @@ def polling_markdown(results: dict[str, Any]) -> str:
             + ("met" if worst <= goal else "MISSED")
             + " |"
         )
+    lines += live_rows(results)
     for step in results.get("polling_not_available", []):
         lines.append(f"| {step} | not available |")
     if snmp is not None:

@@ -23,6 +23,8 @@ import httpx
 import pandas as pd
 import pyarrow as pa
 
+from jobscope.sse import EventParser
+
 DEFAULT_API = "http://127.0.0.1:8000"
 READING_FORMATS = ("csv", "parquet", "ndjson", "json", "arrow")
 READING_COLUMNS = ["timestamp", "device_id", "metric_id", "value", "labels"]
@@ -164,7 +166,10 @@ class Client:
         with self._send(
             "GET", f"/api/jobs/{_segment(job)}/live", params=params, timeout=timeout
         ) as response:
-            yield from server_sent_events(response.iter_lines())
+            parser = EventParser()
+            for line in response.iter_lines():
+                if (event := parser.feed(line)) is not None:
+                    yield event.name, json.loads(event.data)
 
     def live(
         self,
@@ -260,21 +265,6 @@ def _pushable(row: Mapping[str, Any]) -> dict[str, Any]:
             raise ApiError(f"reading {dict(row)!r}: the value is not a number")
         out[key] = value
     return out
-
-
-def server_sent_events(lines: Iterable[str]) -> Iterator[tuple[str, Any]]:
-    """Server-Sent Events (their `event:` and `data:` fields; comments and `id:` left out),
-    data decoded as JSON."""
-    name, data = "message", []
-    for line in lines:
-        if not line:
-            if data:
-                yield name, json.loads("\n".join(data))
-            name, data = "message", []
-        elif line.startswith("event:"):
-            name = line[6:].strip()
-        elif line.startswith("data:"):
-            data.append(line[5:].removeprefix(" "))
 
 
 def live_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
