@@ -30,7 +30,7 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import orjson
@@ -47,7 +47,7 @@ from api.live.sse import KEEPALIVE, event, json_lines_event
 from api.params import to_time
 from api.queries.metrics import Selection, aliased_devices_query, scope_rows
 from api.schemas import Job
-from api.scope import Asked, now
+from api.scope import Asked, job_selection, now
 
 log = logging.getLogger("jobscope.api.live")
 _REPLAY_EVENT_ROWS = 5000
@@ -167,23 +167,15 @@ class JobStream:
         return json_lines_event("readings", lines)
 
     def _replay_selection(self) -> Selection | None:
-        scope, asked = self.scope, self.request.asked
-        if not scope.nodes:
+        """The job's scope from `since`: to its end, or while it runs to a day ahead (pushed
+        readings may be ahead of now; the seam sorts out what comes live)."""
+        assert self.job is not None
+        selection = job_selection(self.job, self.request.asked)
+        if selection is None:
             return None
-        start = datetime(1970, 1, 1) + timedelta(microseconds=scope.start_us)
-        end = now() + timedelta(days=1)
-        if scope.end_us is not None:
-            end = datetime(1970, 1, 1) + timedelta(microseconds=scope.end_us)
-        selection = Selection(
-            tuple(sorted(scope.nodes)),
-            start,
-            end,
-            asked.metrics,
-            asked.labels,
-            measured=True,
-            only=asked.devices,
-        )
-        return replace(selection, aliased=tuple(sorted(scope.aliased)))
+        if self.job.end is None:
+            selection = replace(selection, end=now() + timedelta(days=1))
+        return replace(selection, aliased=tuple(sorted(self.scope.aliased)))
 
     async def _live(self, sub: Subscription) -> AsyncIterator[bytes]:
         settings = self.settings

@@ -45,6 +45,7 @@ import orjson
 
 from bench.polling import sse
 from bench.polling.cpu import cpu_seconds, machine_ticks
+from bench.polling.producer import whole_stack
 
 log = logging.getLogger("bench.live")
 NODES = 200
@@ -55,7 +56,7 @@ JOBS = NODES // JOB_NODES
 K_MAX = JOBS
 EXPECTED_PER_S = JOB_NODES * (METRICS + 2)  # own metrics, outlet under the PDU, sum under node
 WINDOW_S = {  # quick or not: seconds of each phase's window
-    True: {"idle": 3, "one": 6, "same_job": 6, "distinct_jobs": 6},
+    True: {"idle": 2, "one": 4, "same_job": 4, "distinct_jobs": 4},
     False: {"idle": 15, "one": 20, "same_job": 20, "distinct_jobs": 20},
 }
 SETTLE_S = 0.5
@@ -380,15 +381,8 @@ def measure(state_dir: Path, quick: bool) -> dict[str, Any]:
     from stack import services
 
     started = time.monotonic()
-    settings = services.fresh_stack(state_dir / "live")
-    settings.state_dir.mkdir(parents=True)
     prefix = f"lv{uuid.uuid4().hex[:6]}"
-    devices = _devices(settings.state_dir / "devices.yaml", prefix)
-    try:
-        services.start_kafka(settings)
-        services.start_clickhouse(settings)
-        services.start_api(settings)
-        services.start_producers(settings, devices)
+    with whole_stack(state_dir / "live", lambda path: _devices(path, prefix)) as settings:
         api_pid = services.process(settings, "api").pid()
         if api_pid is None:
             raise RuntimeError("the API is not running")
@@ -432,9 +426,7 @@ def measure(state_dir: Path, quick: bool) -> dict[str, Any]:
                 return out
 
         live = asyncio.run(session())
-    finally:
         log.info("live: measured after %.1f s, stopping the stack", time.monotonic() - started)
-        services.stop_all(settings)
     latencies = live.pop("all_latencies")
     if not latencies:
         raise RuntimeError("no reading received over the live stream in any window")

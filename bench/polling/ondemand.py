@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 
+from bench.polling.producer import whole_stack
 from bench.systems.base import wait_for
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -48,15 +49,8 @@ def _devices(path: Path, prefix: str) -> Path:
 def measure(state_dir: Path, quick: bool) -> dict[str, Any]:
     from stack import services
 
-    settings = services.fresh_stack(state_dir / "ondemand")
-    settings.state_dir.mkdir(parents=True)
     prefix = f"od{uuid.uuid4().hex[:6]}"
-    devices = _devices(settings.state_dir / "devices.yaml", prefix)
-    try:
-        services.start_kafka(settings)
-        services.start_clickhouse(settings)
-        services.start_api(settings)
-        services.start_producers(settings, devices)
+    with whole_stack(state_dir / "ondemand", lambda path: _devices(path, prefix)) as settings:
         reader = services.clickhouse_client(settings, "reader")
         token = services.component_env(settings)["JOBSCOPE_ADMIN_TOKEN"]
         headers = {"Authorization": f"Bearer {token}"}
@@ -101,8 +95,6 @@ def measure(state_dir: Path, quick: bool) -> dict[str, Any]:
                 TIMEOUT_S,
                 "the activation to stop",
             )
-    finally:
-        services.stop_all(settings)
     return {
         "on_demand_activation_s": statistics.median(seconds),
         "on_demand_activation_max_s": max(seconds),

@@ -1,10 +1,12 @@
 """What the polling benchmarks share about the process they measure: jobscope's producer
-started in a benchmark's stack, and the end of a log for error messages."""
+started in a benchmark's stack, a whole fresh stack, and the end of a log for error
+messages."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from bench.systems.base import wait_for
@@ -19,6 +21,23 @@ def tail(path: Path, lines: int = 30) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except FileNotFoundError:
         return "(no log)"
+
+
+@contextmanager
+def whole_stack(state_dir: Path, write_devices: Callable[[Path], Path]) -> Iterator[StackSettings]:
+    """A fresh stack in `state_dir` (Kafka, ClickHouse, the API, producers polling the
+    devices file `write_devices` writes into the given path), stopped when the block ends."""
+    settings = services.fresh_stack(state_dir)
+    settings.state_dir.mkdir(parents=True)
+    devices = write_devices(settings.state_dir / "devices.yaml")
+    try:
+        services.start_kafka(settings)
+        services.start_clickhouse(settings)
+        services.start_api(settings)
+        services.start_producers(settings, devices)
+        yield settings
+    finally:
+        services.stop_all(settings)
 
 
 def start_producer(
