@@ -14,6 +14,8 @@ device and tick:
       labels     varint count, then count x (varint length + key, varint length + value)
 
 (A message may hold several such arrays one after the other; `unpack` reads them all.)
+The byte-by-byte specification for decoders in other languages, with test vectors, is
+producers/WIRE_FORMAT.md (vectors: producers/wire_vectors.json).
 
 Chosen by measurement (bench/, and the notes of the benchmark issue): against newline-
 delimited JSON, RowBinary drains 1.5-1.7x faster, messages are 3.6x smaller (35 instead of
