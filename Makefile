@@ -11,6 +11,10 @@ ONLY ?=
 # `make up DEVICES=sample`: the SNMP and IPMI samples against simulated devices it starts;
 # `make up DEVICES=path`: a devices file or directory (e.g. Kwollect's metrics.d); default: demo.
 DEVICES ?=
+# `make up JSON_TOPIC=1`: the producers and the API also write every reading as JSON lines to
+# topic readings-json (JSON_TOPIC=name: to that topic); unset: no JSON copy.
+JSON_TOPIC ?=
+JSON_ENV := $(if $(filter 1,$(JSON_TOPIC)),JOBSCOPE_JSON_TOPIC=readings-json,$(if $(JSON_TOPIC),JOBSCOPE_JSON_TOPIC=$(JSON_TOPIC),))
 DEVICES_ENV := $(if $(filter sample,$(DEVICES)),JOBSCOPE_DEVICES_FILE=$(CURDIR)/producers/config/sample JOBSCOPE_SIMULATORS=true,$(if $(DEVICES),JOBSCOPE_DEVICES_FILE=$(abspath $(DEVICES)),))
 
 .PHONY: help up down status test test-fast lint format bench system-deps venv reset
@@ -18,6 +22,7 @@ DEVICES_ENV := $(if $(filter sample,$(DEVICES)),JOBSCOPE_DEVICES_FILE=$(CURDIR)/
 help:
 	@echo "make up        start Kafka, ClickHouse, producers (demo fleet) and the API"
 	@echo "               DEVICES=sample: SNMP + IPMI samples on simulated devices; DEVICES=path: yours"
+	@echo "               JSON_TOPIC=1: also every reading as JSON on topic readings-json"
 	@echo "make down      stop them (data kept in state/)"
 	@echo "make status    what runs, where it listens, where it logs"
 	@echo "make test      the whole test suite against real components"
@@ -40,7 +45,7 @@ $(STAMP): requirements.txt pyproject.toml
 venv: $(STAMP)
 
 up: system-deps venv
-	$(DEVICES_ENV) $(PY) -m stack up
+	$(DEVICES_ENV) $(JSON_ENV) $(PY) -m stack up
 
 down:
 	@if [ -x $(PY) ]; then $(PY) -m stack down; else echo "nothing to stop"; fi

@@ -33,6 +33,9 @@ class ApiSettings(BaseSettings):
     )
     reads_need_token: bool = Field(False, description="reads need a valid token of any role")
     readings_topic: str = Field("readings", description="pushed readings are published here")
+    json_topic: str = Field(
+        "", description="pushed readings are also published here as JSON lines; empty: off"
+    )
     push_max_readings: int = Field(10_000, gt=0, description="a larger push is refused (413)")
     push_max_body_bytes: int = Field(
         16 * 1024 * 1024, gt=0, description="a larger push body is refused (413)"

@@ -8,6 +8,7 @@ acknowledged are in (the 503 says how many).
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 from collections.abc import Iterable
@@ -20,7 +21,7 @@ import orjson
 from api.clickhouse import ClickHouseProvider
 from api.config import ApiSettings
 from api.errors import Forbidden, ParameterError, TooLarge
-from api.kafka import KafkaPublisher
+from api.kafka import KafkaPublisher, KafkaUnavailable
 from api.params import TIME_HELP, device_name, to_time
 from api.scope import now
 from api.tokens import Principal, Role
@@ -32,6 +33,7 @@ SOURCE_LABEL = "source"
 _METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _EPOCH = datetime(1970, 1, 1)
+log = logging.getLogger("jobscope.api")
 
 
 def parse_body(body: bytes, content_type: str) -> list[Any]:
@@ -169,11 +171,6 @@ def authorise(clickhouse: ClickHouseProvider, who: Principal, devices: Iterable[
             raise Forbidden(f"device {device!r} is not a node of a running job of {who.user!r}")
 
 
-def messages(readings: list[Reading]) -> list[tuple[str, bytes]]:
-    """One message per device, keyed by its id, as the producers send them."""
-    return [(device, packed.payload) for device, packed in pack_by_device(readings)]
-
-
 def push(
     readings: list[Reading],
     who: Principal,
@@ -181,8 +178,15 @@ def push(
     publisher: KafkaPublisher,
     settings: ApiSettings,
 ) -> int:
-    """Authorise, then publish and wait for Kafka's acknowledgement of every message."""
-    batch = messages(readings)
-    authorise(clickhouse, who, [device for device, _ in batch])
-    publisher.publish_batch(settings.readings_topic, batch)
+    """Authorise, then publish (one message per device, keyed by its id, as the producers
+    send them) and wait for Kafka's acknowledgement of every message. The JSON topic's copy,
+    if any, follows: best effort, a failure is logged, the push stays accepted."""
+    packed = pack_by_device(readings, bool(settings.json_topic))
+    authorise(clickhouse, who, [device for device, _ in packed])
+    publisher.publish_batch(settings.readings_topic, [(d, p.payload) for d, p in packed])
+    if settings.json_topic:
+        try:
+            publisher.publish_batch(settings.json_topic, [(d, p.json) for d, p in packed])
+        except KafkaUnavailable as exc:
+            log.warning("pushed readings accepted; their JSON topic copy was lost: %s", exc)
     return len(readings)

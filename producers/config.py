@@ -107,6 +107,11 @@ class ProducerSettings(BaseSettings):
 
     kafka_bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers")
     readings_topic: str = Field("readings", min_length=1)
+    json_topic: str = Field(
+        "",
+        description="also publish each message's readings as JSON lines to this topic "
+        "(producers/WIRE_FORMAT.md); empty: off",
+    )
     ondemand_topic: str = Field(
         "ondemand", min_length=1, description="compacted topic of on-demand activations"
     )

@@ -32,8 +32,11 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import NamedTuple
+
+import orjson
 
 from producers.reading import Reading
 
@@ -60,6 +63,8 @@ class Packed(NamedTuple):
     """Readings in `payload`."""
     skipped: list[Reading]
     """Readings left out because their value is not finite (NaN, +inf, -inf)."""
+    json: bytes = b""
+    """The same readings as JSON lines (`json_lines`), when asked for."""
 
 
 def _varint(n: int) -> bytes:
@@ -96,12 +101,46 @@ def _label_items(items: tuple[tuple[str, str], ...]) -> bytes:
     return _varint(len(items)) + b"".join(_string(str(k)) + _string(str(v)) for k, v in items)
 
 
-def pack(readings: Iterable[Reading]) -> Packed:
+_EPOCH = datetime(1970, 1, 1)
+
+
+@lru_cache(maxsize=4096)
+def iso_us(timestamp_us: int) -> str:
+    """Kwollect's timestamp (the API's) of Unix microseconds: ISO 8601, UTC, always six
+    fraction digits and `+00:00`. Cached: a tick's readings share their time."""
+    text = (_EPOCH + timedelta(microseconds=timestamp_us)).isoformat(timespec="microseconds")
+    return text + "+00:00"
+
+
+def json_lines(readings: Iterable[Reading]) -> bytes:
+    """The JSON topic's message body (producers/WIRE_FORMAT.md, "The JSON topic"): one object
+    per finite reading, each followed by a newline."""
+    dumps = orjson.dumps
+    return b"".join(
+        dumps(
+            {
+                "timestamp": iso_us(r.timestamp_us),
+                "timestamp_us": r.timestamp_us,
+                "device_id": r.device_id,
+                "metric_id": r.metric_id,
+                "value": float(r.value),
+                "labels": r.labels,
+            }
+        )
+        + b"\n"
+        for r in readings
+        if math.isfinite(r.value)
+    )
+
+
+def pack(readings: Iterable[Reading], with_json: bool = False) -> Packed:
     """Encode readings as one message body, skipping those with a non-finite value.
 
     Hot path: a tick's readings share their timestamp, device and usually their labels
     object, so those are encoded once per change, not once per reading.
     """
+    if with_json:
+        readings = list(readings)  # read twice
     parts: list[bytes] = []
     skipped: list[Reading] = []
     isfinite = math.isfinite
@@ -135,15 +174,19 @@ def pack(readings: Iterable[Reading]) -> Packed:
         count += 1
     if not count:
         return Packed(b"", 0, skipped)
-    return Packed(header(count) + b"".join(parts), count, skipped)
+    json = json_lines(readings) if with_json else b""
+    return Packed(header(count) + b"".join(parts), count, skipped, json)
 
 
-def pack_by_device(readings: Iterable[Reading]) -> list[tuple[str, Packed]]:
-    """One message per device (the topic's key), as the producers and the API's push send."""
+def pack_by_device(
+    readings: Iterable[Reading], with_json: bool = False
+) -> list[tuple[str, Packed]]:
+    """One message per device (the topic's key), as the producers and the API's push send;
+    `with_json`: each with its JSON lines too (the opt-in JSON topic)."""
     by_device: dict[str, list[Reading]] = {}
     for reading in readings:
         by_device.setdefault(reading.device_id, []).append(reading)
-    return [(device_id, pack(group)) for device_id, group in by_device.items()]
+    return [(device_id, pack(group, with_json)) for device_id, group in by_device.items()]
 
 
 class _Reader:

@@ -43,6 +43,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from producers.config import ProducerSettings
+from producers.message import json_lines, unpack
 from producers.spool import Spool, SpoolItem, SpoolRecord
 
 log = logging.getLogger(__name__)
@@ -88,6 +89,10 @@ class DeliveryCounters:
     """Messages kept at shutdown that the client might already have delivered."""
     spool_corrupt_bytes: int = 0
     """Spool bytes found unreadable at start (records cut by a crash), skipped."""
+    json_messages_delivered: int = 0
+    """Copies delivered to the JSON topic (when `json_topic` is set)."""
+    json_messages_lost: int = 0
+    """Copies the JSON topic did not get (refused, or purged at shutdown): best effort."""
 
 
 @dataclass(frozen=True)
@@ -127,12 +132,19 @@ class CloseResult:
 class _Message:
     """One message on its way; `origin` is set when it comes from the spool."""
 
-    __slots__ = ("after", "key", "origin", "payload", "readings", "sent", "serial")
+    __slots__ = ("after", "json", "key", "origin", "payload", "readings", "sent", "serial")
 
     def __init__(
-        self, key: str, payload: bytes, readings: int, origin: SpoolItem | None = None
+        self,
+        key: str,
+        payload: bytes,
+        readings: int,
+        origin: SpoolItem | None = None,
+        json: bytes = b"",
     ) -> None:
         self.key, self.payload, self.readings, self.origin = key, payload, readings, origin
+        self.json = json
+        """Its JSON lines for the JSON topic (not spooled: made again from the payload)."""
         self.serial = 0
         """Order in which messages were handed to the client."""
         self.after = 0
@@ -142,7 +154,7 @@ class _Message:
 
     @property
     def size(self) -> int:
-        return len(self.payload)
+        return len(self.payload) + len(self.json)
 
     def record(self) -> SpoolRecord:
         return SpoolRecord(self.key, self.payload, self.readings)
@@ -195,6 +207,8 @@ class Publisher:
 
     def __init__(self, settings: ProducerSettings) -> None:
         self.topic = settings.readings_topic
+        self.json_topic = settings.json_topic
+        self._json_error: int | None = None
         self.counters = DeliveryCounters()
         self.fatal_error: KafkaError | None = None
         """Set when the client can no longer deliver (e.g. lost idempotence state)."""
@@ -231,11 +245,14 @@ class Publisher:
             self._spilling = True
         self._producer = Producer({**producer_config(settings), "error_cb": self._on_error})
 
-    async def publish(self, device_id: str, payload: bytes, readings: int) -> None:
-        """Take one message of `readings` readings; never waits (see the module's doc)."""
+    async def publish(
+        self, device_id: str, payload: bytes, readings: int, json: bytes = b""
+    ) -> None:
+        """Take one message of `readings` readings (and its JSON lines, for the JSON topic);
+        never waits (see the module's doc)."""
         self.counters.messages_queued += 1
         self.counters.readings_queued += readings
-        message = _Message(device_id, payload, readings)
+        message = _Message(device_id, payload, readings, json=json)
         if self._inflight >= self._window:
             self._producer.poll(0)  # acknowledgements due free room in the window
         if (
@@ -371,6 +388,8 @@ class Publisher:
                 log.error("kafka refuses new messages (they wait): %s", err.str())
             return False
         self._produce_error = None
+        if self.json_topic:
+            self._copy(message)
         message.serial = next(self._serials)
         if message.origin is None:
             message.after = self._spool.last_major
@@ -378,6 +397,36 @@ class Publisher:
             self._inflight_spooled += 1
         self._inflight += 1
         return True
+
+    def _copy(self, message: _Message) -> None:
+        """Its JSON copy, handed with it: in the same order per device, best effort (a copy
+        the client refuses is counted and logged, never retried)."""
+        try:
+            body = message.json or json_lines(unpack(message.payload))  # spooled: made again
+            message.json = b""
+            self._producer.produce(
+                self.json_topic, body, message.key, on_delivery=self._on_json_delivery
+            )
+        except (BufferError, KafkaException, ValueError) as exc:
+            self._json_lost(str(exc))
+
+    def _on_json_delivery(self, err: KafkaError | None, _msg: Message) -> None:
+        if err is None:
+            self.counters.json_messages_delivered += 1
+            self._json_error = None
+        else:
+            self._json_lost(err.str(), err.code())
+
+    def _json_lost(self, why: str, code: int = -1) -> None:
+        self.counters.json_messages_lost += 1
+        if self._json_error != code:
+            self._json_error = code
+            log.warning(
+                "a copy for the JSON topic %s was lost (%s); more are only counted until one "
+                "is delivered",
+                self.json_topic,
+                why,
+            )
 
     def _pump(self) -> None:
         """Fill the window: from the spool while it has messages not handed yet (they are

@@ -302,11 +302,11 @@ class Runtime:
 
     async def _publish(self, readings: list[Reading]) -> None:
         """One message per device."""
-        for device_id, packed in pack_by_device(readings):
+        for device_id, packed in pack_by_device(readings, bool(self.publisher.json_topic)):
             for reading in packed.skipped:
                 self._report_nonfinite(reading)
             if packed.count:
-                await self.publisher.publish(device_id, packed.payload, packed.count)
+                await self.publisher.publish(device_id, packed.payload, packed.count, packed.json)
                 self.counters.readings += packed.count
 
     async def _poll(self, loop: _Loop, timestamp: int, timeout: float) -> list[Reading]:

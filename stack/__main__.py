@@ -34,7 +34,9 @@ def up(settings: StackSettings) -> None:
 
 def status(settings: StackSettings) -> bool:
     where = {
-        "kafka": f"kafka://{settings.kafka_bootstrap} (topics readings, jobs, ondemand)",
+        "kafka": f"kafka://{settings.kafka_bootstrap} (topics readings, jobs, ondemand"
+        + (f", {settings.json_topic}" if settings.json_topic else "")
+        + ")",
         "clickhouse": f"{settings.clickhouse_url} (HTTP interface; users jobscope, reader)",
         "producers": f"polling {settings.devices_file.name} -> topic readings; "
         f"http://{settings.host}:{settings.producer_metrics_port}/metrics",

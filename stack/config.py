@@ -34,6 +34,13 @@ class StackSettings(BaseSettings):
         description="also run the simulated SNMP and IPMI devices the sample devices files "
         "poll (`make up DEVICES=sample`)",
     )
+    json_topic: str = Field(
+        "",
+        max_length=249,
+        pattern=r"^[a-zA-Z0-9._-]*$",  # Kafka's legal topic names
+        description="the producers and the API also write every reading as JSON lines to this "
+        "topic (`make up JSON_TOPIC=1` sets readings-json); empty: off",
+    )
     retention_days: int = Field(
         90,
         ge=1,

@@ -50,6 +50,7 @@ def component_env(settings: StackSettings) -> dict[str, str]:
         "JOBSCOPE_METRICS_PORT": str(settings.producer_metrics_port),
         "JOBSCOPE_SPOOL_ROOT": str(settings.state_dir / "producer-spool"),
         "JOBSCOPE_RETENTION_DAYS": str(settings.retention_days),
+        "JOBSCOPE_JSON_TOPIC": settings.json_topic,
         "PYTHONUNBUFFERED": "1",
     }
 
@@ -99,7 +100,8 @@ def _http_ok(url: str) -> bool:
 
 def start_kafka(settings: StackSettings) -> None:
     kafka_broker.start(settings)
-    topics.ensure_topics(settings.kafka_bootstrap)
+    optional = (topics.json_readings(settings.json_topic),) if settings.json_topic else ()
+    topics.ensure_topics(settings.kafka_bootstrap, (*topics.ALL_TOPICS, *optional))
 
 
 def start_clickhouse(settings: StackSettings, timeout: float = 60.0) -> None:

@@ -21,6 +21,11 @@ ON_DEMAND = TopicSpec("ondemand", 1, {"cleanup.policy": "compact"})
 ALL_TOPICS = (READINGS, JOBS, ON_DEMAND)
 
 
+def json_readings(name: str) -> TopicSpec:
+    """The opt-in JSON copy of the readings topic (producers/WIRE_FORMAT.md)."""
+    return TopicSpec(name, READINGS.partitions, {"compression.type": "producer"})
+
+
 def ensure_topics(
     bootstrap: str, topics: tuple[TopicSpec, ...] = ALL_TOPICS, timeout: float = 30.0
 ) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 from api.params import NamePatterns
 from api.queries.metrics import ALIAS
+from producers.message import iso_us
 from producers.reading import Reading
 
 ORIGINS = "_device_orig"
@@ -28,12 +29,6 @@ Row = dict[str, Any]
 """One reading as the API shows it: timestamp (Kwollect's ISO text), device_id, metric_id,
 value, labels."""
 SeriesKey = tuple[str, str, tuple[tuple[str, str], ...]]
-
-
-def iso_us(timestamp_us: int) -> str:
-    """Kwollect's timestamp (as api/queries `iso_sql` makes it) of Unix microseconds."""
-    text = (_EPOCH + timedelta(microseconds=timestamp_us)).isoformat(timespec="microseconds")
-    return text + "+00:00"
 
 
 def to_us(t: datetime) -> int:

@@ -3,8 +3,9 @@ the readings query would show, so that a live stream and `/api/jobs/{id}/metrics
 
 from __future__ import annotations
 
-from api.live.scope import LiveScope, Seam, glob_regex, iso_us
+from api.live.scope import LiveScope, Seam, glob_regex
 from api.params import parse_patterns
+from producers.message import iso_us
 from producers.reading import Reading
 
 T = 1_795_400_000_123_456

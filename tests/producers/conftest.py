@@ -18,8 +18,11 @@ class RecordingPublisher:
         self.fatal_error = None
         self.sent: list[tuple[str, int]] = []
         self.slow_publish = slow_publish
+        self.json_topic = ""
 
-    async def publish(self, device_id: str, payload: bytes, readings: int) -> None:
+    async def publish(
+        self, device_id: str, payload: bytes, readings: int, json: bytes = b""
+    ) -> None:
         self.sent.append((device_id, unpack(payload)[0].timestamp_us))
         if len(self.sent) == self.slow_publish:
             await asyncio.sleep(0.25)

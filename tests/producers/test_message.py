@@ -3,6 +3,7 @@ reads from it (RowBinary into MESSAGE_STRUCTURE, as the Kafka engine does)."""
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import struct
@@ -74,8 +75,8 @@ def test_non_finite_values_are_skipped_and_returned() -> None:
     assert unpack(packed.payload) == [ok]
     assert packed.count == 1
     assert packed.skipped == [nan, inf, minus_inf]
-    assert pack([nan]) == (b"", 0, [nan])
-    assert pack([]) == (b"", 0, [])
+    assert pack([nan], with_json=True) == (b"", 0, [nan], b"")
+    assert pack([]) == (b"", 0, [], b"")
 
 
 def test_read_only_labels_and_float_subclasses_are_packed() -> None:
@@ -142,3 +143,26 @@ def test_clickhouse_reads_every_float64_bit_exact(tmp_path: Path) -> None:
     payload = pack([Reading(10, "n", "m", value) for value in values]).payload
     rows = _clickhouse("SELECT reinterpretAsUInt64(value) AS bits", payload, tmp_path)
     assert [row["bits"] for row in rows] == [_float_bits(v) for v in values]
+
+
+def test_json_lines_carry_the_same_readings() -> None:
+    """The JSON topic's lines: one object per finite reading, values bit-exact, the API's
+    timestamp text beside the exact microseconds."""
+    readings = [
+        Reading(1_795_400_000_123_456, "pdu-1", "power_watt", 97.25, {"_device_alias": "n-7"}),
+        Reading(-1, "node-é", "x", -0.0, {}),
+        Reading(0, "n", "y", 0.1 + 0.2, {"k": 'quote " and \\'}),
+        Reading(0, "n", "z", math.nan, {}),
+    ]
+    packed = pack(readings, with_json=True)
+    lines = packed.json.decode().splitlines()
+    assert packed.json.endswith(b"\n") and len(lines) == 3
+    decoded = [json.loads(line) for line in lines]
+    assert decoded[0]["timestamp"] == "2026-11-23T02:13:20.123456+00:00"  # date -u -d @1795400000
+    assert decoded[1]["timestamp"] == "1969-12-31T23:59:59.999999+00:00"
+    again = [
+        Reading(d["timestamp_us"], d["device_id"], d["metric_id"], d["value"], d["labels"])
+        for d in decoded
+    ]
+    assert again == unpack(packed.payload)
+    assert math.copysign(1.0, decoded[1]["value"]) == -1.0

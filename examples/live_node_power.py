@@ -1,0 +1,72 @@
+"""Live power per node from jobscope's JSON readings topic (`make up JSON_TOPIC=1`).
+
+Keeps the newest value of every power series (metric ending in `_watt`) and prints, every
+`--every` seconds, the sum per node: a series counts for the node named by its
+`_device_alias` label (a PDU outlet, a wattmeter port) or else for its own device.
+
+    python examples/live_node_power.py --bootstrap 127.0.0.1:9092 --topic readings-json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import uuid
+
+from confluent_kafka import Consumer
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--bootstrap", default="127.0.0.1:9092", help="Kafka bootstrap servers")
+    parser.add_argument("--topic", default="readings-json", help="the JSON readings topic")
+    parser.add_argument("--every", type=float, default=1.0, help="seconds between two prints")
+    parser.add_argument("--from-beginning", action="store_true", help="read the topic's history")
+    args = parser.parse_args()
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": args.bootstrap,
+            "group.id": f"live-node-power-{uuid.uuid4().hex[:8]}",  # a fresh group: no history
+            "auto.offset.reset": "earliest" if args.from_beginning else "latest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([args.topic])
+    latest: dict[tuple[str, str, str], tuple[str, float]] = {}  # series -> (node, watts)
+    next_print = time.monotonic() + args.every
+    try:
+        while True:
+            for message in consumer.consume(1000, timeout=0.2):
+                if message.error():
+                    print(f"# kafka: {message.error()}", flush=True)
+                    continue
+                for line in message.value().splitlines():  # a device's readings of one tick
+                    reading = json.loads(line)
+                    if not reading["metric_id"].endswith("_watt"):
+                        continue
+                    labels = reading["labels"]
+                    node = labels.get("_device_alias") or reading["device_id"]
+                    series = (
+                        reading["device_id"],
+                        reading["metric_id"],
+                        str(sorted(labels.items())),
+                    )
+                    latest[series] = (node, float(reading["value"]))
+            if time.monotonic() >= next_print and latest:
+                next_print = time.monotonic() + args.every
+                per_node: dict[str, float] = {}
+                for node, watts in latest.values():
+                    per_node[node] = per_node.get(node, 0.0) + watts
+                stamp = time.strftime("%H:%M:%S")
+                for node in sorted(per_node):
+                    print(f"{stamp} {node} {per_node[node]:.2f} W", flush=True)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        consumer.close()
+
+
+if __name__ == "__main__":
+    main()
