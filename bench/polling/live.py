@@ -56,7 +56,7 @@ JOBS = NODES // JOB_NODES
 K_MAX = JOBS
 EXPECTED_PER_S = JOB_NODES * (METRICS + 2)  # own metrics, outlet under the PDU, sum under node
 WINDOW_S = {  # quick or not: seconds of each phase's window
-    True: {"idle": 2, "one": 4, "same_job": 4, "distinct_jobs": 4},
+    True: {"idle": 2, "one": 3, "same_job": 3, "distinct_jobs": 3},
     False: {"idle": 15, "one": 20, "same_job": 20, "distinct_jobs": 20},
 }
 SETTLE_S = 0.5

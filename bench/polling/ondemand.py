@@ -27,7 +27,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 NODES = 200
 JOB_NODES = 20
 PERIOD_MS = 1000
-TRIALS = {True: 3, False: 10}
+TRIALS = {True: 2, False: 10}
 GOAL_S = 5.0
 TIMEOUT_S = 60.0
 
