@@ -29,13 +29,14 @@ def json_lines_event(name: str, lines: list[bytes]) -> bytes:
 
 
 class EventStreamResponse(StreamingResponse):
+    media_type = MEDIA_TYPE
+
     def __init__(
         self, content: Any, send_timeout_s: float, description: str, closed: Callable[[], None]
     ) -> None:
         """`closed` runs once the response ends, however it ends."""
         super().__init__(
             content,
-            media_type=MEDIA_TYPE,
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )
         self.send_timeout_s = send_timeout_s

@@ -13,21 +13,30 @@ from api.live.sse import MEDIA_TYPE, EventStreamResponse
 from api.live.stream import JobStream, LiveRequest
 from api.params import TIME_HELP, parse_devices, parse_labels, parse_patterns, parse_time
 from api.routes.jobs import JobId
-from api.schemas import ErrorBody
 from api.scope import Asked
 
 router = APIRouter(prefix="/api/jobs", tags=["jobs"])
 
 
+_ERROR = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+_EXAMPLE = (
+    'event: live\ndata: {"replayed":0}\n\n'
+    'event: readings\ndata: [{"timestamp":"2026-11-23T10:00:01.000123+00:00",'
+    '"device_id":"node-1","metric_id":"bmc_power_watt","value":138.0,"labels":{}}]\n\n'
+    'event: end\ndata: {"job_id":"4242","end":"2026-11-23T12:00:00.000000+00:00"}\n\n'
+)
+
+
 @router.get(
     "/{job_id}/live",
     operation_id="get_job_live",
+    status_code=200,
     response_class=EventStreamResponse,
     responses={
-        200: {"content": {MEDIA_TYPE: {}}, "description": "events until the job ends"},
-        400: {"model": ErrorBody},
-        404: {"model": ErrorBody},
-        503: {"model": ErrorBody, "description": "Kafka unreachable, or too many live streams"},
+        200: {"content": {MEDIA_TYPE: {"example": _EXAMPLE}}, "description": "events"},
+        400: {"content": _ERROR, "description": "a bad parameter"},
+        404: {"content": _ERROR, "description": "no such job"},
+        503: {"content": _ERROR, "description": "Kafka unreachable, or too many live streams"},
     },
     summary="A job's readings as they arrive (Server-Sent Events)",
 )
