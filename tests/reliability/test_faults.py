@@ -203,7 +203,11 @@ def test_hanging_device_does_not_hold_back_the_others(
     rows = stored(reader, prefix)
     healthy = _series_ticks(rows, f"{prefix}-0")
     gaps = [b - a for a, b in itertools.pairwise(healthy)]
-    assert max(gaps) < 150_000, "a healthy device missed ticks while another one hung"
+    # Held back, a healthy device would wait out the 2 s hang; a busy machine may only make
+    # a tick or two late (not a matter for this test: the benchmarks measure lateness).
+    assert max(gaps) < 1_000_000, "a healthy device waited while another one hung"
+    during = [t for t in healthy if hung_from * 1e6 < t < hung_until * 1e6]
+    assert len(during) >= 10, f"a healthy device polled {len(during)} times in the 2 s hang"
     hung = _series_ticks(rows, f"{prefix}-hang")
     inside = [t for t in hung if hung_from * 1e6 + 200_000 < t < hung_until * 1e6 - 200_000]
     assert inside == [], "the hanging device produced readings while hung"
