@@ -398,6 +398,14 @@ class Runtime:
             **self.publisher.depth().gauges(),
             "values_skipped": ("values left out by polls (e.g. a missing OID)", self.skips.count),
             "nonfinite_values": ("NaN/inf values not published", self.counters.nonfinite_values),
+            "json_copies_delivered": (
+                "messages copied to the JSON topic (JOBSCOPE_JSON_TOPIC)",
+                self.publisher.counters.json_messages_delivered,
+            ),
+            "json_copies_lost": (
+                "copies the JSON topic did not get (best effort)",
+                self.publisher.counters.json_messages_lost,
+            ),
         }
 
     async def _serve_callbacks(self, stop: asyncio.Event) -> None:
