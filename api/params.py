@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from api.errors import ParameterError
 
@@ -44,6 +44,14 @@ def to_time(value: str | float) -> datetime:
     if parsed.tzinfo is not None:
         parsed = parsed.astimezone(UTC).replace(tzinfo=None)
     return parsed
+
+
+_EPOCH = datetime(1970, 1, 1)
+
+
+def to_us(t: datetime) -> int:
+    """Naive UTC datetime -> Unix microseconds, exactly."""
+    return (t - _EPOCH) // timedelta(microseconds=1)
 
 
 def iso(t: datetime) -> str:

@@ -22,7 +22,7 @@ from api.clickhouse import ClickHouseProvider
 from api.config import ApiSettings
 from api.errors import Forbidden, ParameterError, TooLarge
 from api.kafka import KafkaPublisher, KafkaUnavailable
-from api.params import TIME_HELP, device_name, to_time
+from api.params import TIME_HELP, device_name, to_time, to_us
 from api.scope import now
 from api.tokens import Principal, Role
 from producers.message import pack_by_device
@@ -32,7 +32,6 @@ NDJSON = "application/x-ndjson"
 SOURCE_LABEL = "source"
 _METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
-_EPOCH = datetime(1970, 1, 1)
 log = logging.getLogger("jobscope.api")
 
 
@@ -123,7 +122,7 @@ def _timestamp_us(where: str, value: Any, window: _Window) -> int:
             f"{value!r} is outside the accepted window {window.earliest.isoformat()}Z .. "
             f"{window.latest.isoformat()}Z (JOBSCOPE_PUSH_MAX_AGE_S, JOBSCOPE_PUSH_MAX_AHEAD_S)",
         )
-    return (t - _EPOCH) // timedelta(microseconds=1)
+    return to_us(t)
 
 
 def _labels(where: str, labels: Any, settings: ApiSettings, source: str) -> dict[str, str]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
 from typing import Any
 
 from api.params import NamePatterns
@@ -24,16 +23,10 @@ from producers.message import iso_us
 from producers.reading import Reading
 
 ORIGINS = "_device_orig"
-_EPOCH = datetime(1970, 1, 1)
 Row = dict[str, Any]
 """One reading as the API shows it: timestamp (Kwollect's ISO text), device_id, metric_id,
 value, labels."""
 SeriesKey = tuple[str, str, tuple[tuple[str, str], ...]]
-
-
-def to_us(t: datetime) -> int:
-    """Naive UTC datetime -> Unix microseconds, exactly."""
-    return (t - _EPOCH) // timedelta(microseconds=1)
 
 
 def glob_regex(patterns: NamePatterns) -> re.Pattern[str] | None:

@@ -42,9 +42,9 @@ from api.jobs import get_job
 from api.kafka import KafkaUnavailable
 from api.live.hub import ReadingsHub, Subscription
 from api.live.ingested import IngestWatch
-from api.live.scope import LiveScope, Seam, glob_regex, to_us
+from api.live.scope import LiveScope, Seam, glob_regex
 from api.live.sse import KEEPALIVE, event, json_lines_event
-from api.params import to_time
+from api.params import to_time, to_us
 from api.queries.metrics import Selection, aliased_devices_query, scope_rows
 from api.schemas import Job
 from api.scope import Asked, job_selection, now
