@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 import tempfile
 import uuid
 from collections.abc import Generator, Iterator
@@ -94,6 +95,9 @@ class RequestBody:
 class ClickHouseHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # ClickHouse's listen backlog: with Python's default of 5, a burst of new connections
+    # overflows the queue and the kernel drops SYNs, which clients retry only after 1 s.
+    request_queue_size = 4096
 
     def __init__(self, settings: ServerSettings, engine: Engine) -> None:
         self.settings = settings
@@ -102,6 +106,13 @@ class ClickHouseHTTPServer(ThreadingHTTPServer):
         self.sessions = SessionStore(settings.session_timeout_s)
         settings.spool_dir.mkdir(parents=True, exist_ok=True)
         super().__init__((settings.host, settings.port), ClickHouseRequestHandler)
+
+    def handle_error(self, request: object, client_address: tuple[str, int]) -> None:
+        """A client closing its (idle keep-alive) connection is routine, not a traceback."""
+        if isinstance(sys.exception(), ConnectionError):
+            log.debug("%s closed the connection", client_address[0])
+            return
+        log.exception("unexpected error serving %s", client_address[0])
 
 
 class ClickHouseRequestHandler(BaseHTTPRequestHandler):

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import gzip
+import socket
+import struct
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import datetime
@@ -321,3 +324,46 @@ def test_a_form_body_is_bounded_as_it_is_read(monkeypatch: pytest.MonkeyPatch) -
     with pytest.raises(forms.ClickHouseError, match="over 10 bytes"):
         forms.read_form(chunks())
     assert len(read) == 3
+
+
+def test_a_burst_of_new_connections_is_answered_at_once(clickhouse: StackSettings) -> None:
+    """50 clients connecting at the same instant: none waits for a SYN retry (1 s), which is
+    what a listen backlog of 5 made ten of them do."""
+    clients = 50
+    start = threading.Barrier(clients)
+    took: list[float] = []
+    failures: list[BaseException] = []
+
+    def ping() -> None:
+        try:
+            start.wait(10)
+            began = time.monotonic()
+            with socket.create_connection((clickhouse.host, clickhouse.clickhouse_port), 10) as s:
+                s.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                assert s.recv(1024).startswith(b"HTTP/1.1 200")
+            took.append(time.monotonic() - began)
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=ping) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not failures and len(took) == clients
+    assert max(took) < 0.9, f"a connection waited {max(took):.2f} s (a SYN retry is 1 s)"
+
+
+def test_a_client_resetting_an_idle_connection_leaves_no_traceback(
+    clickhouse: StackSettings,
+) -> None:
+    log_file = clickhouse.log_dir / "clickhouse.log"
+    before = log_file.read_text().count("Traceback")
+    for _ in range(3):
+        with socket.create_connection((clickhouse.host, clickhouse.clickhouse_port), 10) as s:
+            s.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert s.recv(1024).startswith(b"HTTP/1.1 200")
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # RST
+    # a request after the resets: the server has handled them (its log is written in order)
+    assert httpx.get(f"{clickhouse.clickhouse_url}/ping", timeout=10).text == "Ok.\n"
+    assert log_file.read_text().count("Traceback") == before
