@@ -23,11 +23,16 @@ from clickhouse.server.errors import (
     TOO_MANY_SIMULTANEOUS_QUERIES,
     ClickHouseError,
 )
-from clickhouse.server.statements import escape_param
+from clickhouse.server.statements import escape_param, settings_list
 
 _PARSER_SCOPE = re.compile(
     r"\.? ?: In scope SELECT formatQuerySingleLine\(.*\)\.?(?= \(\w+\)$)", re.S
 )
+
+
+def _unescape_tsv(value: str) -> str:
+    """A TSV field back to its text (ClickHouse escapes backslash, tab and newline)."""
+    return re.sub(r"\\(.)", lambda m: {"t": "\t", "n": "\n"}.get(m[1], m[1]), value)
 
 
 def quote_identifier(name: str) -> str:
@@ -93,6 +98,25 @@ class EngineConnection:
             return bytes(self._conn.query(sql, fmt, params=dict(params or {})).bytes())
         except Exception as exc:
             raise ClickHouseError.from_engine(exc) from exc
+
+    def run_with_settings(
+        self, sql: str, params: Mapping[str, str], settings: Mapping[str, str]
+    ) -> bytes:
+        """Run a statement that takes no SETTINGS clause of query settings (DDL, ALTER,
+        OPTIMIZE, SYSTEM...) under the request's settings: SET on this connection for the
+        statement, then the previous values back, so the next request does not inherit them."""
+        if not settings:
+            return self.run(sql, params)
+        names = ", ".join(f"'{name}'" for name in settings)  # names checked by settings_list
+        assignments = settings_list(settings)
+        previous = self.run(f"SELECT name, value FROM system.settings WHERE name IN ({names})")
+        self.run(f"SET {assignments}")
+        try:
+            return self.run(sql, params)
+        finally:
+            rows = [line.split("\t", 1) for line in previous.decode().splitlines()]
+            if rows:
+                self.run("SET " + settings_list({name: _unescape_tsv(v) for name, v in rows}))
 
     def stream(self, sql: str, params: Mapping[str, str], fmt: str) -> Iterator[bytes]:
         """Yield the output of a query chunk by chunk; closing the generator cancels it."""

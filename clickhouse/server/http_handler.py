@@ -255,7 +255,7 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
                     headers["Content-Encoding"] = encoding
                 self._send(200, compress_stream(_chain(first, chunks), encoding), headers, query_id)
             else:
-                conn.run(canonical, query_params)
+                conn.run_with_settings(canonical, query_params, query_settings)
                 self._send(200, [], {}, query_id)
 
     def _read_prefix(

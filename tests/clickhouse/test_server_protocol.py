@@ -367,3 +367,18 @@ def test_a_client_resetting_an_idle_connection_leaves_no_traceback(
     # a request after the resets: the server has handled them (its log is written in order)
     assert httpx.get(f"{clickhouse.clickhouse_url}/ping", timeout=10).text == "Ok.\n"
     assert log_file.read_text().count("Traceback") == before
+
+
+def test_url_settings_apply_to_ddl_and_do_not_linger(admin_client: Client) -> None:
+    """A setting sent with the request (as clickhouse-connect sends them: URL parameters)
+    applies to a CREATE TABLE, and to that statement only: the pooled engine connection it
+    ran on does not keep it for the next requests."""
+    name = f"lc_{uuid.uuid4().hex[:8]}"
+    ddl = "CREATE TABLE {} (x LowCardinality(Int32)) ENGINE = Memory"
+    with pytest.raises(DatabaseError, match="455"):
+        admin_client.command(ddl.format(name))
+    admin_client.command(ddl.format(name), settings={"allow_suspicious_low_cardinality_types": 1})
+    assert admin_client.command(f"SELECT count() FROM {name}") == 0
+    for i in range(12):  # more than the engine's connections: each one was given back clean
+        with pytest.raises(DatabaseError, match="455"):
+            admin_client.command(ddl.format(f"{name}_{i}"))
