@@ -16,7 +16,7 @@ from clickhouse.server.config import ServerSettings
 from clickhouse.server.engine import Engine, EngineConnection
 from clickhouse.server.errors import NOT_IMPLEMENTED, QUERY_IS_TOO_LARGE, ClickHouseError
 from clickhouse.server.forms import form_fields, is_form, read_form
-from clickhouse.server.sessions import SessionStore, parse_set
+from clickhouse.server.sessions import Session, SessionStore, parse_set
 from clickhouse.server.users import User, authenticate, credentials, users_from_settings
 
 log = logging.getLogger("clickhouse.server")
@@ -162,7 +162,8 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
                         f"{flag}=1 (ClickHouse block compression) is not supported by this "
                         "server; use HTTP compression (Content-Encoding / Accept-Encoding)",
                     )
-            self._execute(user, params, body, query_id, is_get)
+            with self.server.sessions.hold(user.name, params.get("session_id")) as session:
+                self._execute(user, session, params, body, query_id, is_get)
         except ClickHouseError as exc:
             self._fail(exc, query_id)
         except Exception as exc:
@@ -176,10 +177,15 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
                     self.close_connection = True
 
     def _execute(
-        self, user: User, params: dict[str, str], body: RequestBody, query_id: str, is_get: bool
+        self,
+        user: User,
+        session: Session,
+        params: dict[str, str],
+        body: RequestBody,
+        query_id: str,
+        is_get: bool,
     ) -> None:
         settings_obj = self.server.settings
-        session = self.server.sessions.get(user.name, params.get("session_id"))
         query_settings = {
             **session.settings,
             **{

@@ -5,9 +5,11 @@ from __future__ import annotations
 import re
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from clickhouse.server.errors import SYNTAX_ERROR, ClickHouseError
+from clickhouse.server.errors import SESSION_IS_LOCKED, SYNTAX_ERROR, ClickHouseError
 
 _ASSIGNMENT = re.compile(r"\s*(\w+)\s*=\s*('(?:[^'\\]|\\.)*'|[^,]+?)\s*(?:,|$)")
 
@@ -17,6 +19,8 @@ class Session:
     database: str | None = None
     settings: dict[str, str] = field(default_factory=dict)
     last_used: float = field(default_factory=time.monotonic)
+    busy: bool = False
+    """A request of this session is running: ClickHouse refuses a second one at once."""
 
 
 def parse_set(canonical: str) -> dict[str, str]:
@@ -42,14 +46,31 @@ class SessionStore:
         self._sessions: dict[tuple[str, str], Session] = {}
         self._lock = threading.Lock()
 
-    def get(self, user: str, session_id: str | None) -> Session:
-        """The session of this user and id (a throw-away one without id)."""
+    @contextmanager
+    def hold(self, user: str, session_id: str | None) -> Iterator[Session]:
+        """The session of this user and id (a throw-away one without id) for one request;
+        code 373 while another request of the same session runs, as ClickHouse answers."""
         if not session_id:
-            return Session()
+            yield Session()
+            return
         now = time.monotonic()
         with self._lock:
-            for key in [k for k, s in self._sessions.items() if now - s.last_used > self._timeout]:
+            expired = [
+                k
+                for k, s in self._sessions.items()
+                if not s.busy and now - s.last_used > self._timeout
+            ]
+            for key in expired:
                 del self._sessions[key]
             session = self._sessions.setdefault((user, session_id), Session())
-            session.last_used = now
-            return session
+            if session.busy:
+                raise ClickHouseError(
+                    SESSION_IS_LOCKED, f"Session {session_id} is locked by a concurrent client"
+                )
+            session.busy = True
+        try:
+            yield session
+        finally:
+            with self._lock:
+                session.busy = False
+                session.last_used = time.monotonic()

@@ -21,6 +21,7 @@ from clickhouse_connect.driver.exceptions import DatabaseError
 
 from stack import services
 from stack.config import StackSettings
+from stack.processes import wait_until
 
 
 @pytest.fixture(scope="module")
@@ -382,3 +383,25 @@ def test_url_settings_apply_to_ddl_and_do_not_linger(admin_client: Client) -> No
     for i in range(12):  # more than the engine's connections: each one was given back clean
         with pytest.raises(DatabaseError, match="455"):
             admin_client.command(ddl.format(f"{name}_{i}"))
+
+
+def test_a_session_runs_one_query_at_a_time(http: httpx.Client) -> None:
+    """A second query of a session while its first one runs is refused with code 373, as
+    ClickHouse does; once the first one is over, the session takes queries again."""
+    session = {"session_id": f"s-{uuid.uuid4().hex}"}
+    slow = threading.Thread(
+        target=lambda: http.post("/", params=session, content="SELECT sleep(2) FORMAT Null"),
+    )
+    slow.start()
+    try:
+
+        def refused() -> bool:
+            answer = http.post("/", params=session, content="SELECT 1")
+            return answer.status_code == 500 and "373" in answer.headers.get(
+                "X-ClickHouse-Exception-Code", ""
+            )
+
+        wait_until(refused, 2, "a concurrent query of the session to be refused", interval=0.05)
+    finally:
+        slow.join(10)
+    assert http.post("/", params=session, content="SELECT 1").text == "1\n"
