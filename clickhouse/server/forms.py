@@ -1,15 +1,22 @@
 """multipart/form-data requests, as ClickHouse takes them: clients put the query and its
 `param_*` values in form fields when they are too long for a URL (clickhouse-connect does so
-past 4 KiB of bound parameters). Parts with a file name are external tables, which this
-server does not provide: refused with a clear error rather than read as SQL."""
+past 4 KiB of bound parameters), and each part with a file name is an external table for
+the query: its data, named by the part, described by the `<name>_structure` (or
+`<name>_types`) and `<name>_format` parameters."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from email.parser import BytesParser
 from email.policy import HTTP
 
-from clickhouse.server.errors import NOT_IMPLEMENTED, QUERY_IS_TOO_LARGE, ClickHouseError
+from clickhouse.server.errors import (
+    BAD_ARGUMENTS,
+    NOT_IMPLEMENTED,
+    QUERY_IS_TOO_LARGE,
+    ClickHouseError,
+)
 
 MAX_FORM_BYTES = 64 << 20
 
@@ -30,24 +37,58 @@ def read_form(chunks: Iterable[bytes]) -> bytes:
     return b"".join(parts)
 
 
-def form_fields(content_type: str, body: bytes) -> dict[str, str]:
-    """The fields of a multipart/form-data body by name."""
+@dataclass(frozen=True)
+class Form:
+    fields: dict[str, str]
+    """Parameters given as form fields (the query, `param_*`, settings)."""
+    files: dict[str, bytes]
+    """External tables' data by table name."""
+
+
+def parse_form(content_type: str, body: bytes) -> Form:
+    """The fields and files of a multipart/form-data body by name."""
     message = BytesParser(policy=HTTP).parsebytes(
         f"Content-Type: {content_type}\r\n\r\n".encode() + body
     )
     if not message.is_multipart():
         raise ClickHouseError(NOT_IMPLEMENTED, "malformed multipart/form-data body")
-    fields: dict[str, str] = {}
+    form = Form({}, {})
     for part in message.iter_parts():
         name = part.get_param("name", header="content-disposition")
         if not name:
             continue
-        if part.get_filename() is not None:
-            raise ClickHouseError(
-                NOT_IMPLEMENTED,
-                f"external table {name!r} (a file part of a form): external tables are not "
-                "supported by this server",
-            )
         payload = part.get_payload(decode=True) or b""
-        fields[str(name)] = payload.decode("utf-8")
-    return fields
+        if part.get_filename() is not None:
+            form.files[str(name)] = payload
+        else:
+            form.fields[str(name)] = payload.decode("utf-8")
+    return form
+
+
+@dataclass(frozen=True)
+class ExternalTable:
+    name: str
+    structure: str
+    """`name Type, ...` as ClickHouse's `<name>_structure` (or made of `<name>_types`)."""
+    format: str
+    data: bytes
+
+
+def external_tables(files: dict[str, bytes], params: dict[str, str]) -> list[ExternalTable]:
+    """The external tables of a form, their parameters taken out of `params` (they are not
+    query settings)."""
+    tables = []
+    for name, data in files.items():
+        structure = params.pop(f"{name}_structure", None)
+        types = params.pop(f"{name}_types", None)
+        if structure is None and types is not None:
+            structure = ", ".join(f"_{i} {t.strip()}" for i, t in enumerate(types.split(","), 1))
+        if not structure:
+            raise ClickHouseError(
+                BAD_ARGUMENTS,
+                f"Neither structure nor types have not been provided for external table {name}. "
+                f"Use fields {name}_structure or {name}_types to do so.",
+            )
+        fmt = params.pop(f"{name}_format", "TabSeparated")
+        tables.append(ExternalTable(name, structure, fmt, data))
+    return tables

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import tempfile
@@ -13,9 +14,9 @@ from urllib.parse import parse_qsl, urlsplit
 from clickhouse.server import statements
 from clickhouse.server.compression import choose_encoding, compress_stream, decompressor
 from clickhouse.server.config import ServerSettings
-from clickhouse.server.engine import Engine, EngineConnection
+from clickhouse.server.engine import Engine, EngineConnection, quote_identifier
 from clickhouse.server.errors import NOT_IMPLEMENTED, QUERY_IS_TOO_LARGE, ClickHouseError
-from clickhouse.server.forms import form_fields, is_form, read_form
+from clickhouse.server.forms import ExternalTable, external_tables, is_form, parse_form, read_form
 from clickhouse.server.sessions import Session, SessionStore, parse_set
 from clickhouse.server.users import User, authenticate, credentials, users_from_settings
 
@@ -152,8 +153,11 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
             if url.path != "/":
                 raise ClickHouseError(NOT_IMPLEMENTED, f"There is no handler for {url.path}")
             content_type = self.headers.get("Content-Type")
+            files: dict[str, bytes] = {}
             if not is_get and is_form(content_type):  # fields are parameters, not SQL
-                params.update(form_fields(content_type or "", read_form(body.chunks())))
+                form = parse_form(content_type or "", read_form(body.chunks()))
+                params.update(form.fields)
+                files = form.files
             user = authenticate(self.server.users, *credentials(self.headers, params))
             for flag in ("compress", "decompress"):
                 if params.get(flag) in ("1", "true"):
@@ -163,7 +167,8 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
                         "server; use HTTP compression (Content-Encoding / Accept-Encoding)",
                     )
             with self.server.sessions.hold(user.name, params.get("session_id")) as session:
-                self._execute(user, session, params, body, query_id, is_get)
+                externals = external_tables(files, params)
+                self._execute(user, session, params, body, query_id, is_get, externals)
         except ClickHouseError as exc:
             self._fail(exc, query_id)
         except Exception as exc:
@@ -184,6 +189,7 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
         body: RequestBody,
         query_id: str,
         is_get: bool,
+        externals: list[ExternalTable],
     ) -> None:
         settings_obj = self.server.settings
         query_settings = {
@@ -207,7 +213,10 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
 
         prefix, rest = self._read_prefix(params.get("query", ""), body, settings_obj.max_query_size)
         split = statements.split_insert(prefix)
-        with self.server.engine.connection(settings_obj.queue_timeout_s) as conn:
+        with (
+            self.server.engine.connection(settings_obj.queue_timeout_s) as conn,
+            self._external_tables(conn, externals),
+        ):
             conn.use(database)
             if split is not None:
                 canonical = conn.canonical(split.head)
@@ -263,6 +272,35 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
             else:
                 conn.run_with_settings(canonical, query_params, query_settings)
                 self._send(200, [], {}, query_id)
+
+    @contextlib.contextmanager
+    def _external_tables(
+        self, conn: EngineConnection, tables: list[ExternalTable]
+    ) -> Iterator[None]:
+        """The request's external tables as temporary tables of its engine connection (which
+        no other request uses meanwhile), dropped afterwards."""
+        created: list[str] = []
+        try:
+            for table in tables:
+                with tempfile.NamedTemporaryFile(
+                    dir=self.server.settings.spool_dir, prefix="external-"
+                ) as tmp:
+                    tmp.write(table.data)
+                    tmp.flush()
+                    source = ", ".join(
+                        statements.string_literal(v)
+                        for v in (tmp.name, table.format, table.structure)
+                    )
+                    created.append(table.name)
+                    conn.run(
+                        f"CREATE TEMPORARY TABLE {quote_identifier(table.name)} ENGINE = Memory "
+                        f"AS SELECT * FROM file({source})"
+                    )
+            yield
+        finally:
+            for name in created:
+                with contextlib.suppress(ClickHouseError):
+                    conn.run(f"DROP TEMPORARY TABLE IF EXISTS {quote_identifier(name)}")
 
     def _read_prefix(
         self, url_query: str, body: RequestBody, limit: int

@@ -128,14 +128,18 @@ def check_allowed(kind: str, canonical: str, readonly_user: bool, is_get: bool) 
         )
 
 
+def string_literal(value: str) -> str:
+    """A ClickHouse string literal of `value`."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
 def settings_list(settings: Mapping[str, str]) -> str:
     """`name = 'value', ...`: names validated, values bound as string literals."""
     parts = []
     for name, value in settings.items():
         if not _SETTING_NAME.match(name):
             raise ClickHouseError(UNKNOWN_SETTING, f"Invalid setting name: {name!r}")
-        literal = value.replace("\\", "\\\\").replace("'", "\\'")
-        parts.append(f"{name} = '{literal}'")
+        parts.append(f"{name} = {string_literal(value)}")
     return ", ".join(parts)
 
 

@@ -18,6 +18,7 @@ import pytest
 import zstandard
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import DatabaseError
+from clickhouse_connect.driver.external import ExternalData
 
 from stack import services
 from stack.config import StackSettings
@@ -302,11 +303,35 @@ def test_query_and_parameters_in_form_fields(http: httpx.Client, reader_client: 
     names = [f"node-{i:05d}.a-long-site-name.example.org" for i in range(1000)]
     got = reader_client.command("SELECT length({names:Array(String)})", parameters={"names": names})
     assert got == 1000
-    external = http.post(
-        "/?query=SELECT+count()+FROM+ext&ext_structure=x+UInt8",
+
+
+def test_external_tables(http: httpx.Client, reader_client: Client) -> None:
+    """`curl -F 'ext=@ext.tsv' '...?query=SELECT count() FROM ext&ext_structure=x UInt8'`,
+    two tables in one query (one by `_types`, one in CSV), and clickhouse-connect's
+    ExternalData; each lives for its query only."""
+    one = http.post(
+        "/?query=SELECT+count(),+sum(x)+FROM+ext&ext_structure=x+UInt8",
         files={"ext": ("ext.tsv", b"1\n2\n")},
     )
-    assert external.status_code != 200 and "external table" in external.text
+    assert (one.status_code, one.text) == (200, "2\t3\n")
+    two = http.post(
+        "/",
+        params={
+            "query": "SELECT a.name, b._2 FROM a JOIN b ON a.id = b._1 ORDER BY a.id",
+            "a_structure": "id UInt32, name String",
+            "b_types": "UInt32,Float64",
+            "b_format": "CSV",
+        },
+        files={"a": ("a.tsv", b"1\tone\n2\ttwo\n"), "b": ("b.csv", b"2,2.5\n1,1.5\n")},
+    )
+    assert (two.status_code, two.text) == (200, "one\t1.5\ntwo\t2.5\n")
+    data = ExternalData(data=b"x\ny\nz\n", file_name="letters", structure=["l String"])
+    got = reader_client.query("SELECT groupArray(l) FROM letters", external_data=data).result_rows
+    assert got == [(["x", "y", "z"],)]
+    gone = [http.post("/", content="SELECT count() FROM ext") for _ in range(10)]
+    assert all(r.status_code == 404 and "ext" in r.text for r in gone)  # dropped after use
+    missing = http.post("/?query=SELECT+1+FROM+ext", files={"ext": ("ext.tsv", b"1\n")})
+    assert missing.status_code == 400 and "ext_structure" in missing.text
 
 
 def test_a_form_body_is_bounded_as_it_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
