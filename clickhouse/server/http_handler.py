@@ -218,8 +218,15 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
             self._external_tables(conn, externals),
         ):
             conn.use(database)
+            head = ""
             if split is not None:
-                canonical = conn.canonical(split.head)
+                try:
+                    head = conn.canonical(split.head)
+                except ClickHouseError:
+                    if not split.guessed:
+                        raise
+            if split is not None and statements.kind_of(head) == "INSERT":
+                canonical = head
                 statements.check_allowed("INSERT", canonical, user.readonly, is_get)
                 self._insert(
                     conn,

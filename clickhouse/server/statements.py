@@ -54,6 +54,8 @@ DEFAULT_FORMAT = "TabSeparated"
 _SETTING_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _LEADING_NOISE = re.compile(rb"^(?:\s+|--[^\n]*(?:\n|$)|#[^\n]*(?:\n|$)|/\*.*?\*/)*", re.S)
 _INSERT = re.compile(rb"INSERT\b", re.I)
+_WITH = re.compile(rb"WITH\b", re.I)
+_INSERT_WORD = re.compile(rb"\bINSERT\b", re.I)
 _FORMAT_OR_VALUES = re.compile(rb"\b(?:FORMAT\s+([A-Za-z0-9_]+)|(VALUES)\b)", re.I)
 _TRAILING_FORMAT = re.compile(r"\sFORMAT\s+(\w+)(\s+SETTINGS\s+.+)?$", re.S)
 _INSERT_PARTS = re.compile(r"^(INSERT INTO .+?)(?: SETTINGS (.+?))? FORMAT (\w+)$", re.S)
@@ -67,16 +69,26 @@ class InsertSplit:
 
     head: str
     data_offset: int
+    guessed: bool = False
+    """Found after a `WITH`: it may be a query mentioning the word (see `split_insert`)."""
 
 
 def split_insert(prefix: bytes) -> InsertSplit | None:
     """Find where the data of `INSERT ... FORMAT X <data>` (or `VALUES <data>`) begins.
 
     As in ClickHouse, the data starts after the first newline following the format name,
-    or after the whitespace when there is no newline.
+    or after the whitespace when there is no newline. A statement opening with `WITH` is
+    taken for an insert if the word INSERT follows: only a guess (the word may be in a
+    string), which the caller checks by parsing the head.
     """
     start = _LEADING_NOISE.match(prefix).end()  # type: ignore[union-attr]
-    if not _INSERT.match(prefix, start):
+    guessed = bool(_WITH.match(prefix, start))
+    if guessed:  # `WITH ... INSERT ...`
+        found = _INSERT_WORD.search(prefix, start)
+        if found is None:
+            return None
+        start = found.start()
+    elif not _INSERT.match(prefix, start):
         return None
     match = _FORMAT_OR_VALUES.search(prefix, start)
     if match is None:
@@ -88,7 +100,7 @@ def split_insert(prefix: bytes) -> InsertSplit | None:
         pos += 1
     head = prefix[: match.start()].decode("utf-8", "replace")
     head += f"FORMAT {match.group(1).decode()}" if match.group(1) else "FORMAT Values"
-    return InsertSplit(head=head, data_offset=pos)
+    return InsertSplit(head=head, data_offset=pos, guessed=guessed)
 
 
 def escape_param(value: str) -> str:

@@ -430,3 +430,22 @@ def test_a_session_runs_one_query_at_a_time(http: httpx.Client) -> None:
     finally:
         slow.join(10)
     assert http.post("/", params=session, content="SELECT 1").text == "1\n"
+
+
+def test_with_insert_takes_its_inline_data(http: httpx.Client, table: str) -> None:
+    """`WITH ... INSERT ... FORMAT X <data>` inserts its data like `INSERT ...` does; a query
+    that only mentions the word INSERT after a WITH stays a query."""
+    insert = http.post(
+        "/",
+        content=f"WITH 1 AS unused INSERT INTO {table} (ts, name, value) FORMAT CSV\n"
+        "2026-01-01 00:00:00,a,1.5\n2026-01-01 00:00:01,b,2.5\n",
+    )
+    assert insert.status_code == 200, insert.text
+    count = http.post("/", content=f"SELECT count(), sum(value) FROM {table}")
+    assert count.text == "2\t4\n"
+    for query, expected in (
+        ("WITH 'INSERT' AS w SELECT w FORMAT TSV", "INSERT\n"),
+        ("WITH 'INSERT' AS w SELECT w, x FROM values('x UInt8', 7) FORMAT TSV", "INSERT\t7\n"),
+    ):
+        answer = http.post("/", content=query)
+        assert (answer.status_code, answer.text) == (200, expected)
