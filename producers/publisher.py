@@ -403,7 +403,6 @@ class Publisher:
         the client refuses is counted and logged, never retried)."""
         try:
             body = message.json or json_lines(unpack(message.payload))  # spooled: made again
-            message.json = b""
             self._producer.produce(
                 self.json_topic, body, message.key, on_delivery=self._on_json_delivery
             )

@@ -278,3 +278,36 @@ def test_the_example_consumer_prints_live_node_power(
         example.wait(10)
     assert example.returncode == 0
     assert not any(f"pdu-{run}" in line for line in lines)  # counted for the node it powers
+
+
+def test_memory_accounting_holds_with_copies(
+    clickhouse: StackSettings, json_topic: str, tmp_path: Path
+) -> None:
+    """Messages that wait in memory for a one-message window, each with its JSON lines:
+    once all are delivered, the memory queue's byte count is back to 0."""
+    publisher = Publisher(
+        ProducerSettings(
+            kafka_bootstrap=clickhouse.kafka_bootstrap,
+            json_topic=json_topic,
+            spool_dir=tmp_path,
+            inflight_max_messages=1,
+        )
+    )
+    device = f"mem-{uuid.uuid4().hex[:6]}"
+
+    async def publish_all() -> None:
+        for n in range(30):
+            packed = pack([Reading(1_795_400_000_000_000 + n, device, "m", float(n))], True)
+            await publisher.publish(device, packed.payload, packed.count, packed.json)
+
+    asyncio.run(publish_all())
+    assert publisher.depth().memory_messages > 0
+
+    def delivered() -> bool:
+        publisher.serve_callbacks()
+        return publisher.counters.json_messages_delivered >= 30
+
+    wait_until(delivered, 30, "the messages and their copies delivered", interval=0.02)
+    depth = publisher.depth()
+    publisher.close(10)
+    assert (depth.memory_messages, depth.memory_bytes) == (0, 0)
