@@ -45,9 +45,9 @@ from api.live.ingested import IngestWatch
 from api.live.scope import LiveScope, Seam, glob_regex
 from api.live.sse import KEEPALIVE, event, json_lines_event
 from api.params import to_time, to_us
-from api.queries.metrics import Selection, aliased_devices_query, scope_rows
+from api.queries.metrics import Selection, scope_rows
 from api.schemas import Job
-from api.scope import Asked, job_selection, now
+from api.scope import Asked, job_selection, now, with_aliases
 
 log = logging.getLogger("jobscope.api.live")
 _REPLAY_EVENT_ROWS = 5000
@@ -79,6 +79,8 @@ class JobStream:
         self.scope.only = frozenset(request.asked.devices)
         self.seam: Seam | None = None
         self.job: Job | None = None
+        self.selection: Selection | None = None
+        """The job's scope as a readings query (the replay's), newest version."""
 
     async def open(self, job: Job) -> Subscription:
         """Resolve the job's scope and subscribe to its devices' messages; the caller
@@ -112,19 +114,25 @@ class JobStream:
     def _follow(self, job: Job) -> None:
         """Bring the scope up to the job's newest version and the devices now seen measuring
         its nodes (blocking)."""
-        since = self.request.asked.start
-        start = to_time(job.start) if job.start else None
-        if start is not None and since is not None:
-            start = max(start, since)
-        self.scope.nodes = frozenset(job.nodes) if start is not None else frozenset()
-        self.scope.start_us = to_us(start) if start is not None else 0
+        self.selection = with_aliases(self.clickhouse, self._selection(job))
+        chosen = self.selection
+        self.scope.nodes = frozenset(chosen.devices) if chosen else frozenset()
+        self.scope.start_us = to_us(chosen.start) if chosen else 0
         self.scope.end_us = to_us(to_time(job.end)) if job.end else None
-        if self.scope.nodes:
-            sql, params = aliased_devices_query(
-                sorted(self.scope.nodes), start or now(), now() + timedelta(days=1)
-            )
-            rows = self.clickhouse.query(sql, parameters=params).result_rows
-            self.scope.aliased = frozenset(row[0] for row in rows)
+        self.scope.aliased = frozenset(chosen.aliased) if chosen else frozenset()
+
+    def _selection(self, job: Job) -> Selection | None:
+        """The job's scope from `since` on: to its end, or while it runs to a day ahead
+        (pushed readings may be ahead of now; the seam sorts out what comes live)."""
+        since = self.request.asked.start
+        selection = job_selection(job, replace(self.request.asked, start=None))
+        if selection is None:
+            return None
+        if job.end is None:
+            selection = replace(selection, end=now() + timedelta(days=1))
+        if since is not None and since > selection.start:
+            selection = replace(selection, start=since)
+        return selection
 
     async def _replay(self, sub: Subscription) -> AsyncIterator[tuple[bytes, int]]:
         missing = await asyncio.to_thread(
@@ -136,7 +144,7 @@ class JobStream:
                 f"{self.settings.live_seam_timeout_s:.0f} s: cannot replay without a gap"
             )
         self.seam = Seam()
-        selection = self._replay_selection()
+        selection = self.selection
         if selection is None:
             return
         params: dict[str, Any] = {}
@@ -165,17 +173,6 @@ class JobStream:
         assert self.seam is not None
         self.seam.note(orjson.loads(line) for line in lines)
         return json_lines_event("readings", lines)
-
-    def _replay_selection(self) -> Selection | None:
-        """The job's scope from `since`: to its end, or while it runs to a day ahead (pushed
-        readings may be ahead of now; the seam sorts out what comes live)."""
-        assert self.job is not None
-        selection = job_selection(self.job, self.request.asked)
-        if selection is None:
-            return None
-        if self.job.end is None:
-            selection = replace(selection, end=now() + timedelta(days=1))
-        return replace(selection, aliased=tuple(sorted(self.scope.aliased)))
 
     async def _live(self, sub: Subscription) -> AsyncIterator[bytes]:
         settings = self.settings
