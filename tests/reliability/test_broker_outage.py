@@ -79,6 +79,18 @@ def start_producer(
     return proc
 
 
+def stop_until_spilled(broker: ManagedProcess, producer: ManagedProcess, timeout: float) -> int:
+    """Stop the broker and wait until the producer spills to its spool; when it stopped (µs)."""
+    broker.stop()
+    down_us = int(time.time() * 1e6)
+    wait_until(
+        lambda: "the oldest waiting ones go to the spool" in producer.log_file.read_text(),
+        timeout,
+        "the producer to spill to its spool",
+    )
+    return down_us
+
+
 def devices_file(path: Path, prefix: str, devices: int, period_ms: int) -> list[str]:
     ids = [f"{prefix}-{d:02d}" for d in range(devices)]
     path.write_text(
@@ -210,13 +222,7 @@ def test_broker_down_for_a_minute_under_load_loses_nothing(
     try:
         wait_until(lambda: newest_us(admin, prefix) > 0, 60, "the first readings stored")
         started_us = newest_us(admin, prefix)
-        broker.stop()
-        down_us = int(time.time() * 1e6)
-        wait_until(
-            lambda: "the oldest waiting ones go to the spool" in proc.log_file.read_text(),
-            40,
-            "the producer to spill to its spool",
-        )
+        down_us = stop_until_spilled(broker, proc, 40)
         wait_until(lambda: time.time() * 1e6 > down_us + 60e6, 70, "60 s of outage", 1.0)
         services.start_kafka(clickhouse)
         up_us = int(time.time() * 1e6)
@@ -269,13 +275,7 @@ def test_producer_stopped_while_the_broker_is_down_loses_nothing(
     try:
         wait_until(lambda: newest_us(admin, prefix) > 0, 60, "the first readings stored")
         started_us = newest_us(admin, prefix)
-        broker.stop()
-        down_us = int(time.time() * 1e6)
-        wait_until(
-            lambda: "the oldest waiting ones go to the spool" in first.log_file.read_text(),
-            30,
-            "the producer to spill to its spool",
-        )
+        down_us = stop_until_spilled(broker, first, 30)
         stopped_us = int(time.time() * 1e6)
         first.stop(timeout=30)
         first_account = closed(first.log_file.read_text())
