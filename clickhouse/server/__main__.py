@@ -21,7 +21,10 @@ def main() -> int:
     )
     settings = ServerSettings()  # type: ignore[call-arg]  (required values come from the env)
     engine = Engine(
-        settings.data_dir, engine_config.connection_string(settings), settings.pool_size
+        settings.data_dir,
+        engine_config.connection_string(settings),
+        settings.pool_size,
+        settings.max_session_connections,
     )
     server = ClickHouseHTTPServer(settings, engine)
 

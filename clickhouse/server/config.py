@@ -24,7 +24,14 @@ class ServerSettings(BaseSettings):
     admin_password: SecretStr = Field(description="password of the read-write user")
     reader_user: str = "reader"
     reader_password: SecretStr = Field(description="password of the read-only user")
+    superset_user: str = "superset"
+    superset_password: SecretStr | None = Field(
+        None, description="password of Superset's read-only user; unset: no such user"
+    )
     session_timeout_s: float = Field(60.0, gt=0, description="idle HTTP sessions are forgotten")
+    max_session_connections: int = Field(
+        16, ge=0, description="sessions holding temporary tables (each on an engine connection)"
+    )
     max_query_size: int = Field(1 << 20, description="bytes of statement text accepted")
     engine_log_file: Path | None = Field(
         None,

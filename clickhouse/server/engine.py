@@ -14,7 +14,9 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import chdb
 
@@ -33,6 +35,30 @@ _PARSER_SCOPE = re.compile(
 def _unescape_tsv(value: str) -> str:
     """A TSV field back to its text (ClickHouse escapes backslash, tab and newline)."""
     return re.sub(r"\\(.)", lambda m: {"t": "\t", "n": "\n"}.get(m[1], m[1]), value)
+
+
+# Bytes that are not UTF-8 reach the server as lone surrogates (`surrogateescape`). For the
+# parser's text they become private-use characters (which it copies as they are), and back.
+_TO_PRIVATE = {0xDC80 + i: 0xF780 + i for i in range(128)}
+_FROM_PRIVATE = {v: k for k, v in _TO_PRIVATE.items()}
+
+
+def statement_text(data: bytes) -> str:
+    """Statement bytes as text, any byte that is not UTF-8 kept (it goes back out as it came)."""
+    return data.decode("utf-8", "surrogateescape")
+
+
+def _raw(sql: str) -> bytes:
+    return sql.encode("utf-8", "surrogateescape")
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What the engine reports of a statement it ran (ClickHouse's X-ClickHouse-Summary)."""
+
+    rows: int = 0
+    bytes: int = 0
+    elapsed_s: float = 0.0
 
 
 def quote_identifier(name: str) -> str:
@@ -83,19 +109,29 @@ class EngineConnection:
             return cached
         try:
             text = self.run(
-                "SELECT formatQuerySingleLine({q:String})", {"q": escape_param(statement)}, "TSVRaw"
+                "SELECT formatQuerySingleLine({q:String})",
+                {"q": escape_param(statement.translate(_TO_PRIVATE))},
+                "TSVRaw",
             )
         except ClickHouseError as exc:
             exc.message = _PARSER_SCOPE.sub("", exc.message)
             raise
-        canonical = text.decode().rstrip("\n")
+        canonical = text.decode().rstrip("\n").translate(_FROM_PRIVATE)
         self._canonical.put(statement, canonical)
         return canonical
 
     def run(self, sql: str, params: Mapping[str, str] | None = None, fmt: str = "TSV") -> bytes:
         """Run a statement to completion and return its whole (small) output."""
+        return bytes(self._query(sql, params, fmt).bytes())
+
+    def run_summary(self, sql: str, params: Mapping[str, str] | None = None) -> Summary:
+        """Run a statement without output (an insert) and return what it read."""
+        result = self._query(sql, params, "TSV")
+        return Summary(result.rows_read(), result.bytes_read(), result.elapsed())
+
+    def _query(self, sql: str, params: Mapping[str, str] | None, fmt: str) -> Any:
         try:
-            return bytes(self._conn.query(sql, fmt, params=dict(params or {})).bytes())
+            return self._conn.query(_raw(sql), fmt, params=dict(params or {}))
         except Exception as exc:
             raise ClickHouseError.from_engine(exc) from exc
 
@@ -121,7 +157,7 @@ class EngineConnection:
     def stream(self, sql: str, params: Mapping[str, str], fmt: str) -> Iterator[bytes]:
         """Yield the output of a query chunk by chunk; closing the generator cancels it."""
         try:
-            result = self._conn.send_query(sql, fmt, params=dict(params))
+            result = self._conn.send_query(_raw(sql), fmt, params=dict(params))
         except Exception as exc:
             raise ClickHouseError.from_engine(exc) from exc
         finished = False
@@ -149,13 +185,44 @@ class EngineConnection:
 class Engine:
     """The pool of connections every request borrows from."""
 
-    def __init__(self, data_dir: Path, connection_string: str, pool_size: int) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        connection_string: str,
+        pool_size: int,
+        max_session_connections: int = 16,
+    ) -> None:
         data_dir.mkdir(parents=True, exist_ok=True)
+        self._connection_string = connection_string
         self._all = [EngineConnection(connection_string) for _ in range(pool_size)]
         self._free: queue.LifoQueue[EngineConnection] = queue.LifoQueue()
         for conn in self._all:
             self._free.put(conn)
         self._closing = False
+        self._max_session_connections = max_session_connections
+        self._session_connections: set[EngineConnection] = set()
+        self._lock = threading.Lock()
+
+    def open_session_connection(self) -> EngineConnection:
+        """A connection of its own for an HTTP session: its temporary tables live on it,
+        where no other session sees them (an engine connection is a ClickHouse session)."""
+        with self._lock:
+            if self._closing:
+                raise ClickHouseError(SERVER_SHUTTING_DOWN, "The server is shutting down")
+            if len(self._session_connections) >= self._max_session_connections:
+                raise ClickHouseError(
+                    TOO_MANY_SIMULTANEOUS_QUERIES,
+                    f"Too many sessions with temporary tables: at most "
+                    f"{self._max_session_connections}; end one (or let it time out) first",
+                )
+            conn = EngineConnection(self._connection_string)
+            self._session_connections.add(conn)
+        return conn
+
+    def close_session_connection(self, conn: EngineConnection) -> None:
+        with self._lock:
+            self._session_connections.discard(conn)
+        conn.close()
 
     @contextlib.contextmanager
     def connection(self, timeout: float) -> Iterator[EngineConnection]:
@@ -183,4 +250,8 @@ class Engine:
             except queue.Empty:
                 break
         for conn in reversed(self._all):
+            conn.close()
+        with self._lock:
+            sessions, self._session_connections = self._session_connections, set()
+        for conn in sessions:
             conn.close()

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
+import secrets
 import sys
 import tempfile
 import uuid
@@ -11,10 +13,16 @@ from collections.abc import Generator, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qsl, urlsplit
 
-from clickhouse.server import statements
+from clickhouse.server import processes, statements
 from clickhouse.server.compression import choose_encoding, compress_stream, decompressor
 from clickhouse.server.config import ServerSettings
-from clickhouse.server.engine import Engine, EngineConnection, quote_identifier
+from clickhouse.server.engine import (
+    Engine,
+    EngineConnection,
+    Summary,
+    quote_identifier,
+    statement_text,
+)
 from clickhouse.server.errors import NOT_IMPLEMENTED, QUERY_IS_TOO_LARGE, ClickHouseError
 from clickhouse.server.forms import ExternalTable, external_tables, is_form, parse_form, read_form
 from clickhouse.server.sessions import Session, SessionStore, parse_set
@@ -104,7 +112,8 @@ class ClickHouseHTTPServer(ThreadingHTTPServer):
         self.settings = settings
         self.engine = engine
         self.users = users_from_settings(settings)
-        self.sessions = SessionStore(settings.session_timeout_s)
+        self.sessions = SessionStore(settings.session_timeout_s, engine.close_session_connection)
+        self.running = processes.RunningQueries()
         settings.spool_dir.mkdir(parents=True, exist_ok=True)
         super().__init__((settings.host, settings.port), ClickHouseRequestHandler)
 
@@ -140,6 +149,7 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
         params = dict(parse_qsl(url.query, keep_blank_values=True))
         query_id = params.get("query_id") or str(uuid.uuid4())
         body: RequestBody | None = None
+        self._response_open = False
         try:
             body = RequestBody(self)
             if (
@@ -166,7 +176,10 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
                         f"{flag}=1 (ClickHouse block compression) is not supported by this "
                         "server; use HTTP compression (Content-Encoding / Accept-Encoding)",
                     )
-            with self.server.sessions.hold(user.name, params.get("session_id")) as session:
+            with (
+                self.server.sessions.hold(user.name, params.get("session_id")) as session,
+                self.server.running.claim(query_id),
+            ):
                 externals = external_tables(files, params)
                 self._execute(user, session, params, body, query_id, is_get, externals)
         except ClickHouseError as exc:
@@ -175,6 +188,7 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
             log.exception("internal error in query %s", query_id)
             self._fail(ClickHouseError(1001, f"{type(exc).__name__}: {exc}"), query_id)
         finally:
+            self._end_response()
             if body is not None and not self.close_connection:
                 try:
                     body.drain()
@@ -214,8 +228,8 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
         prefix, rest = self._read_prefix(params.get("query", ""), body, settings_obj.max_query_size)
         split = statements.split_insert(prefix)
         with (
-            self.server.engine.connection(settings_obj.queue_timeout_s) as conn,
-            self._external_tables(conn, externals),
+            self._connection(session) as conn,
+            self._external_tables(conn, externals, statements.input_settings(query_settings)),
         ):
             conn.use(database)
             head = ""
@@ -236,6 +250,7 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
                     query_settings,
                     query_params,
                     query_id,
+                    user.name,
                 )
                 return
             if rest is not None:
@@ -243,22 +258,28 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
                     QUERY_IS_TOO_LARGE,
                     f"Query is too large (more than {settings_obj.max_query_size} bytes)",
                 )
-            canonical = conn.canonical(prefix.decode("utf-8", "replace"))
+            canonical = conn.canonical(statement_text(prefix))
             kind = statements.kind_of(canonical)
             statements.check_allowed(kind, canonical, user.readonly, is_get)
+            kill = processes.kill_parts(canonical) if kind == "KILL" else None
+            if kill is not None:
+                canonical = processes.kill_output_query(*kill)  # its rows, found before
+            else:
+                canonical = processes.with_processes_view(canonical)
             if kind == "SET":
                 session.settings.update(parse_set(canonical))
                 self._send(200, [], {}, query_id)
             elif kind == "USE":
                 session.database = canonical.split(None, 1)[1].strip("`")
                 self._send(200, [], {}, query_id)
-            elif kind in statements.OUTPUT_KINDS:
+            elif kind in statements.OUTPUT_KINDS or kill is not None:
                 default_format = (
                     self.headers.get("X-ClickHouse-Format")
                     or params.get("default_format")
                     or statements.DEFAULT_FORMAT
                 )
                 sql, fmt = statements.output_query(canonical, default_format, query_settings)
+                sql = processes.tagged(sql, query_id, user.name)
                 if (
                     kind in statements.STREAMING_KINDS
                     and fmt.lower() in statements.STREAMABLE_FORMATS
@@ -267,6 +288,9 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
                 else:  # chdb streams only SELECTs, and only these formats chunk by chunk
                     chunks = iter([conn.run(sql, query_params, fmt)])
                 first = next(chunks, b"")  # errors found before the first row get a proper status
+                if kill is not None and kill[1] != "TEST":
+                    ids = conn.run(processes.engine_ids_query(kill[0])).decode().split()
+                    processes.kill_engine_queries(conn.run, ids, wait=kill[1] == "SYNC")
                 encoding = (
                     choose_encoding(self.headers.get("Accept-Encoding"))
                     if params.get("enable_http_compression") in ("1", "true")
@@ -277,15 +301,44 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
                     headers["Content-Encoding"] = encoding
                 self._send(200, compress_stream(_chain(first, chunks), encoding), headers, query_id)
             else:
-                conn.run_with_settings(canonical, query_params, query_settings)
+                statement = processes.tagged(canonical, query_id, user.name)
+                self._run_statement(
+                    session, conn, database, statement, query_params, query_settings
+                )
                 self._send(200, [], {}, query_id)
+
+    def _connection(self, session: Session) -> contextlib.AbstractContextManager[EngineConnection]:
+        """The session's own engine connection once it holds temporary tables, else a pooled one."""
+        if session.connection is not None:
+            return contextlib.nullcontext(session.connection)
+        return self.server.engine.connection(self.server.settings.queue_timeout_s)
+
+    def _run_statement(
+        self,
+        session: Session,
+        conn: EngineConnection,
+        database: str,
+        statement: str,
+        params: dict[str, str],
+        settings: dict[str, str],
+    ) -> None:
+        """A statement without output. A temporary table is its session's alone: created on
+        the session's own connection, or, outside any session, dropped when the request ends."""
+        temporary = statements.temporary_table(statement)
+        if temporary is not None and session.id is not None and session.connection is None:
+            session.connection = conn = self.server.engine.open_session_connection()
+            conn.use(database)
+        conn.run_with_settings(statement, params, settings)
+        if temporary is not None and session.id is None:
+            conn.run(f"DROP TEMPORARY TABLE IF EXISTS {temporary}")
 
     @contextlib.contextmanager
     def _external_tables(
-        self, conn: EngineConnection, tables: list[ExternalTable]
+        self, conn: EngineConnection, tables: list[ExternalTable], settings: dict[str, str]
     ) -> Iterator[None]:
         """The request's external tables as temporary tables of its engine connection (which
-        no other request uses meanwhile), dropped afterwards."""
+        no other request uses meanwhile), read under the request's input format settings,
+        dropped afterwards."""
         created: list[str] = []
         try:
             for table in tables:
@@ -302,6 +355,7 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
                     conn.run(
                         f"CREATE TEMPORARY TABLE {quote_identifier(table.name)} ENGINE = Memory "
                         f"AS SELECT * FROM file({source})"
+                        + (f" SETTINGS {statements.settings_list(settings)}" if settings else "")
                     )
             yield
         finally:
@@ -336,6 +390,7 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
         settings: dict[str, str],
         params: dict[str, str],
         query_id: str,
+        user_name: str,
     ) -> None:
         """Spool the insert data to a file and let the engine read it with the table's types."""
         spool = self.server.settings.spool_dir
@@ -347,24 +402,38 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
                 written += len(chunk)
             tmp.flush()
             sql = statements.insert_from_file(canonical, tmp.name, settings)
-            conn.run(sql, params)
-        summary = f'{{"written_bytes":"{written}"}}'
-        self._send(200, [], {"X-ClickHouse-Summary": summary}, query_id)
+            done = conn.run_summary(processes.tagged(sql, query_id, user_name), params)
+        self._send(200, [], {}, query_id, Summary(done.rows, written, done.elapsed_s), written=True)
 
     # --- responses ----------------------------------------------------------------------
 
-    def _send(self, status: int, chunks, headers: dict[str, str], query_id: str = "") -> None:
+    def _send(
+        self,
+        status: int,
+        chunks,
+        headers: dict[str, str],
+        query_id: str = "",
+        summary: Summary | None = None,
+        written: bool = False,
+    ) -> None:
+        """A chunked response; its last chunk is sent by `_end_response`, once the request has
+        let go of its session, so a client never sees the end of a response before it may
+        send the session's next query."""
+        tag = secrets.token_hex(8)
         self.send_response(status)
         for name, value in {
             "X-ClickHouse-Query-Id": query_id,
             "X-ClickHouse-Timezone": "UTC",
             "X-ClickHouse-Server-Display-Name": "jobscope",
+            "X-ClickHouse-Exception-Tag": tag,
+            "X-ClickHouse-Summary": _summary_header(summary or Summary(), written),
             **headers,
         }.items():
             if value:
                 self.send_header(name, value)
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
+        self._response_open = True
         try:
             try:
                 for data in chunks:
@@ -372,19 +441,32 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
                         self.wfile.write(b"%x\r\n%b\r\n" % (len(data), data))
             except ClickHouseError as exc:  # failed after the first rows: ClickHouse appends it
                 log.warning("query %s failed while streaming: %s", query_id, exc.message)
-                body = exc.body()
+                body = _tagged_exception(exc.body(), tag)
                 self.wfile.write(b"%x\r\n%b\r\n" % (len(body), body))
                 self.close_connection = True
-            self.wfile.write(b"0\r\n\r\n")
         except (BrokenPipeError, ConnectionResetError):
             log.info("query %s: client went away before the end of the result", query_id)
             self.close_connection = True
+            self._response_open = False
             close = getattr(chunks, "close", None)
             if close:
                 close()
 
+    def _end_response(self) -> None:
+        if not self._response_open:
+            return
+        self._response_open = False
+        try:
+            self.wfile.write(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
     def _fail(self, exc: ClickHouseError, query_id: str) -> None:
         log.warning("query %s failed: code %s: %s", query_id, exc.code, exc.message)
+        if self._response_open:  # an answer is under way: a cut connection tells the client
+            self._response_open = False
+            self.close_connection = True
+            return
         body = exc.body()
         try:
             self.send_response(exc.http_status)
@@ -396,6 +478,30 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
             self.wfile.write(body)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
+
+
+def _summary_header(summary: Summary, written: bool) -> str:
+    rows, size = str(summary.rows), str(summary.bytes)
+    return json.dumps(
+        {
+            "read_rows": rows,
+            "read_bytes": size,
+            "written_rows": rows if written else "0",
+            "written_bytes": size if written else "0",
+            "total_rows_to_read": "0",
+            "result_rows": "0",
+            "result_bytes": "0",
+            "elapsed_ns": str(int(summary.elapsed_s * 1e9)),
+        },
+        separators=(",", ":"),
+    )
+
+
+def _tagged_exception(body: bytes, tag: str) -> bytes:
+    """An error after the first rows as ClickHouse 25.11+ frames it in the result stream."""
+    message = body.rstrip(b"\n")
+    start = b"__exception__\r\n%b\r\n" % tag.encode()
+    return start + message + b"\n%d %b\r\n__exception__\r\n" % (len(message), tag.encode())
 
 
 def _chain(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:

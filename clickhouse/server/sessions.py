@@ -1,14 +1,16 @@
-"""HTTP sessions (`session_id`): the database and settings that `USE` and `SET` leave behind."""
+"""HTTP sessions (`session_id`): the database and settings that `USE` and `SET` leave behind,
+and the engine connection their temporary tables live on."""
 
 from __future__ import annotations
 
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from clickhouse.server.engine import EngineConnection
 from clickhouse.server.errors import SESSION_IS_LOCKED, SYNTAX_ERROR, ClickHouseError
 
 _ASSIGNMENT = re.compile(r"\s*(\w+)\s*=\s*('(?:[^'\\]|\\.)*'|[^,]+?)\s*(?:,|$)")
@@ -16,11 +18,15 @@ _ASSIGNMENT = re.compile(r"\s*(\w+)\s*=\s*('(?:[^'\\]|\\.)*'|[^,]+?)\s*(?:,|$)")
 
 @dataclass
 class Session:
+    id: str | None = None
+    """None: a request without `session_id`, whose session ends with it."""
     database: str | None = None
     settings: dict[str, str] = field(default_factory=dict)
     last_used: float = field(default_factory=time.monotonic)
     busy: bool = False
     """A request of this session is running: ClickHouse refuses a second one at once."""
+    connection: EngineConnection | None = None
+    """Its own engine connection, from its first temporary table on; closed when it expires."""
 
 
 def parse_set(canonical: str) -> dict[str, str]:
@@ -41,8 +47,11 @@ def parse_set(canonical: str) -> dict[str, str]:
 
 
 class SessionStore:
-    def __init__(self, timeout_s: float) -> None:
+    def __init__(
+        self, timeout_s: float, close_connection: Callable[[EngineConnection], None]
+    ) -> None:
         self._timeout = timeout_s
+        self._close_connection = close_connection
         self._sessions: dict[tuple[str, str], Session] = {}
         self._lock = threading.Lock()
 
@@ -60,14 +69,15 @@ class SessionStore:
                 for k, s in self._sessions.items()
                 if not s.busy and now - s.last_used > self._timeout
             ]
-            for key in expired:
-                del self._sessions[key]
-            session = self._sessions.setdefault((user, session_id), Session())
-            if session.busy:
-                raise ClickHouseError(
-                    SESSION_IS_LOCKED, f"Session {session_id} is locked by a concurrent client"
-                )
-            session.busy = True
+            connections = [c for k in expired if (c := self._sessions.pop(k).connection)]
+            session = self._sessions.setdefault((user, session_id), Session(session_id))
+            locked, session.busy = session.busy, True
+        for connection in connections:
+            self._close_connection(connection)
+        if locked:
+            raise ClickHouseError(
+                SESSION_IS_LOCKED, f"Session {session_id} is locked by a concurrent client"
+            )
         try:
             yield session
         finally:

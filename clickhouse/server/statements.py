@@ -61,6 +61,9 @@ _TRAILING_FORMAT = re.compile(r"\sFORMAT\s+(\w+)(\s+SETTINGS\s+.+)?$", re.S)
 _INSERT_PARTS = re.compile(r"^(INSERT INTO .+?)(?: SETTINGS (.+?))? FORMAT (\w+)$", re.S)
 _SYNC_DROP = re.compile(r"^(?:DROP|DETACH)\b.*\bSYNC$", re.S)
 _FILE_ACCESS = re.compile(r"\bINTO OUTFILE\b|\bFROM INFILE\b", re.I)
+_CREATE_TEMPORARY = re.compile(
+    r"^(?:/\*.*?\*/ )?CREATE TEMPORARY TABLE (?:IF NOT EXISTS )?(`(?:[^`\\]|\\.)*`|\w+)", re.S
+)
 
 
 @dataclass(frozen=True)
@@ -98,7 +101,7 @@ def split_insert(prefix: bytes) -> InsertSplit | None:
         pos += 1
     if prefix[pos : pos + 1] == b"\n":
         pos += 1
-    head = prefix[: match.start()].decode("utf-8", "replace")
+    head = prefix[: match.start()].decode("utf-8", "surrogateescape")
     head += f"FORMAT {match.group(1).decode()}" if match.group(1) else "FORMAT Values"
     return InsertSplit(head=head, data_offset=pos, guessed=guessed)
 
@@ -138,6 +141,21 @@ def check_allowed(kind: str, canonical: str, readonly_user: bool, is_get: bool) 
             "DROP/DETACH ... SYNC never returns in the embedded engine (chdb 4.1.7) and would "
             "hold an engine connection forever: run it without SYNC",
         )
+
+
+def temporary_table(canonical: str) -> str | None:
+    """The (quoted) name of the temporary table a canonical `CREATE TEMPORARY TABLE` makes."""
+    match = _CREATE_TEMPORARY.match(canonical)
+    return match.group(1) if match else None
+
+
+def input_settings(settings: Mapping[str, str]) -> dict[str, str]:
+    """The settings that say how input data is read (for a request's external tables)."""
+    return {
+        name: value
+        for name, value in settings.items()
+        if name.startswith(("input_format_", "format_", "date_time_input_format"))
+    }
 
 
 def string_literal(value: str) -> str:

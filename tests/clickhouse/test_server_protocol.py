@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 import socket
 import struct
 import threading
@@ -449,3 +450,134 @@ def test_with_insert_takes_its_inline_data(http: httpx.Client, table: str) -> No
     ):
         answer = http.post("/", content=query)
         assert (answer.status_code, answer.text) == (200, expected)
+
+
+def _exception_code(answer: httpx.Response) -> str:
+    return answer.headers.get("X-ClickHouse-Exception-Code", "")
+
+
+def test_query_id_is_seen_in_system_processes_and_killable(
+    http: httpx.Client, clickhouse: StackSettings
+) -> None:
+    """A client's query_id and user are what system.processes shows; a second query with an
+    id in use is refused (216); KILL QUERY by that id cancels it (394 for its client)."""
+    query_id = f"long-{uuid.uuid4().hex}"
+    password = services.clickhouse_password(clickhouse, "reader")
+    with httpx.Client(
+        base_url=clickhouse.clickhouse_url, auth=("reader", password), timeout=60
+    ) as reader:
+        answers: list[httpx.Response] = []
+        long_query = "SELECT sum(cityHash64(number)) FROM numbers(100000000000)"
+        runner = threading.Thread(
+            target=lambda: answers.append(
+                reader.post("/", params={"query_id": query_id}, content=long_query)
+            )
+        )
+        runner.start()
+        try:
+            seen = f"SELECT user, query FROM system.processes WHERE query_id = '{query_id}'"
+            wait_until(
+                lambda: http.post("/", content=seen).text.startswith("reader\t"),
+                10,
+                "the query in system.processes under its id and user",
+                interval=0.05,
+            )
+            assert "numbers(100000000000)" in http.post("/", content=seen).text
+            again = reader.post("/", params={"query_id": query_id}, content="SELECT 1")
+            assert _exception_code(again) == "216", again.text
+            killed = http.post("/", content=f"KILL QUERY WHERE query_id = '{query_id}' SYNC")
+            assert killed.status_code == 200, killed.text
+            assert killed.text.startswith(f"finished\t{query_id}\treader\t"), killed.text
+        finally:
+            runner.join(20)
+    assert not runner.is_alive(), "the killed query still runs"
+    assert _exception_code(answers[0]) == "394", answers[0].text
+    assert http.post("/", content=seen).text == ""
+
+
+def test_temporary_tables_belong_to_their_session(http: httpx.Client) -> None:
+    """A temporary table is seen by its own session only: not by another session, not by a
+    request without a session; one made outside any session ends with its request."""
+    a, b = ({"session_id": f"s-{uuid.uuid4().hex}"} for _ in range(2))
+    assert http.post("/", params=a, content="CREATE TEMPORARY TABLE tmp (x UInt8)").is_success
+    assert http.post("/", params=a, content="INSERT INTO tmp VALUES (7)").is_success
+    for _ in range(10):  # more requests than the engine has pooled connections
+        assert http.post("/", params=a, content="SELECT x FROM tmp").text == "7\n"
+        assert _exception_code(http.post("/", params=b, content="SELECT x FROM tmp")) == "60"
+        assert _exception_code(http.post("/", content="SELECT x FROM tmp")) == "60"
+    made = http.post("/", content="CREATE TEMPORARY TABLE loose (x UInt8)")
+    assert made.is_success, made.text
+    for _ in range(10):
+        assert _exception_code(http.post("/", content="SELECT * FROM loose")) == "60"
+    assert http.post("/", params=b, content="CREATE TEMPORARY TABLE tmp (y String)").is_success
+    assert (
+        http.post(
+            "/",
+            params=b,
+            content="SELECT name FROM system.columns WHERE table = 'tmp' AND database = ''",
+        ).text
+        == "y\n"
+    )
+    assert http.post("/", params=a, content="SELECT x FROM tmp").text == "7\n"
+
+
+def test_a_session_takes_its_next_query_as_soon_as_an_answer_ends(
+    clickhouse: StackSettings,
+) -> None:
+    """Queries of one session sent one after another, each on a new connection, are never
+    refused as concurrent: the session is free before its answer is complete."""
+    password = services.clickhouse_password(clickhouse, "jobscope")
+    session = {"session_id": f"s-{uuid.uuid4().hex}"}
+    codes = []
+    for i in range(200):
+        with httpx.Client(
+            base_url=clickhouse.clickhouse_url, auth=("jobscope", password), timeout=30
+        ) as client:
+            answer = client.post("/", params=session, content=f"SELECT {i}")
+            codes.append((answer.status_code, answer.text))
+    assert codes == [(200, f"{i}\n") for i in range(200)]
+
+
+def test_statement_bytes_reach_the_engine_as_they_are(http: httpx.Client) -> None:
+    """Bytes that are not UTF-8 in a statement are passed through, not replaced."""
+    answer = http.post("/", content=b"SELECT length($b$\xff\xfe\x00\x01$b$), '\xff' FORMAT TSV")
+    assert answer.status_code == 200, answer.text
+    assert answer.content == b"4\t\xff\n"
+
+
+def test_external_data_is_read_with_the_request_input_settings(http: httpx.Client) -> None:
+    """Input format settings of the request (here: errors allowed) apply to external data."""
+    answer = http.post(
+        "/",
+        params={
+            "query": "SELECT count(), sum(x) FROM ext",
+            "ext_structure": "x UInt8",
+            "ext_format": "CSV",
+            "input_format_allow_errors_num": "1",
+        },
+        files={"ext": ("ext.csv", b"1\nnot a number\n2\n")},
+    )
+    assert (answer.status_code, answer.text) == (200, "2\t3\n")
+
+
+def test_summary_header_and_errors_within_a_result(http: httpx.Client, table: str) -> None:
+    """An insert's X-ClickHouse-Summary counts its rows; an error after the first rows comes in
+    the result stream framed with the response's X-ClickHouse-Exception-Tag."""
+    insert = http.post(
+        "/",
+        content=f"INSERT INTO {table} (ts, name, value) FORMAT CSV\n"
+        "2026-01-01 00:00:00,a,1\n2026-01-01 00:00:01,b,2\n2026-01-01 00:00:02,c,3\n",
+    )
+    assert insert.status_code == 200, insert.text
+    summary = json.loads(insert.headers["X-ClickHouse-Summary"])
+    assert (summary["read_rows"], summary["written_rows"]) == ("3", "3")
+    answer = http.post(
+        "/",
+        params={"max_block_size": "1"},
+        content="SELECT number, throwIf(number = 1000) FROM numbers(2000) FORMAT TSV",
+    )
+    tag = answer.headers["X-ClickHouse-Exception-Tag"]
+    assert answer.text.startswith("0\t0\n")
+    tail = answer.content[answer.content.index(b"__exception__") :]
+    assert tail.startswith(b"__exception__\r\n" + tag.encode() + b"\r\nCode: 395.")
+    assert tail.endswith(b" " + tag.encode() + b"\r\n__exception__\r\n")
