@@ -97,6 +97,8 @@ class EngineConnection:
     def __init__(self, connection_string: str) -> None:
         self._conn = chdb.connect(connection_string)
         self.database = "default"
+        self.read = Summary()
+        """What the statement run last read (so far, while its result streams)."""
 
     def use(self, database: str) -> None:
         if database != self.database:
@@ -124,16 +126,13 @@ class EngineConnection:
         """Run a statement to completion and return its whole (small) output."""
         return bytes(self._query(sql, params, fmt).bytes())
 
-    def run_summary(self, sql: str, params: Mapping[str, str] | None = None) -> Summary:
-        """Run a statement without output (an insert) and return what it read."""
-        result = self._query(sql, params, "TSV")
-        return Summary(result.rows_read(), result.bytes_read(), result.elapsed())
-
     def _query(self, sql: str, params: Mapping[str, str] | None, fmt: str) -> Any:
         try:
-            return self._conn.query(_raw(sql), fmt, params=dict(params or {}))
+            result = self._conn.query(_raw(sql), fmt, params=dict(params or {}))
         except Exception as exc:
             raise ClickHouseError.from_engine(exc) from exc
+        self.read = Summary(result.rows_read(), result.bytes_read(), result.elapsed())
+        return result
 
     def run_with_settings(
         self, sql: str, params: Mapping[str, str], settings: Mapping[str, str]
@@ -157,6 +156,7 @@ class EngineConnection:
     def stream(self, sql: str, params: Mapping[str, str], fmt: str) -> Iterator[bytes]:
         """Yield the output of a query chunk by chunk; closing the generator cancels it."""
         try:
+            self.read = Summary()
             result = self._conn.send_query(_raw(sql), fmt, params=dict(params))
         except Exception as exc:
             raise ClickHouseError.from_engine(exc) from exc
@@ -171,6 +171,11 @@ class EngineConnection:
                 if chunk is None:
                     finished = True
                     return
+                self.read = Summary(
+                    self.read.rows + chunk.rows_read(),
+                    self.read.bytes + chunk.bytes_read(),
+                    chunk.elapsed(),
+                )
                 yield bytes(chunk.bytes())
         finally:
             if not finished:

@@ -6,6 +6,7 @@ import contextlib
 import json
 import logging
 import secrets
+import string
 import sys
 import tempfile
 import uuid
@@ -299,7 +300,13 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
                 headers = {"Content-Type": _content_type(fmt), "X-ClickHouse-Format": fmt}
                 if encoding:
                     headers["Content-Encoding"] = encoding
-                self._send(200, compress_stream(_chain(first, chunks), encoding), headers, query_id)
+                self._send(
+                    200,
+                    compress_stream(_chain(first, chunks), encoding),
+                    headers,
+                    query_id,
+                    conn.read,
+                )
             else:
                 statement = processes.tagged(canonical, query_id, user.name)
                 self._run_statement(
@@ -402,8 +409,9 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
                 written += len(chunk)
             tmp.flush()
             sql = statements.insert_from_file(canonical, tmp.name, settings)
-            done = conn.run_summary(processes.tagged(sql, query_id, user_name), params)
-        self._send(200, [], {}, query_id, Summary(done.rows, written, done.elapsed_s), written=True)
+            conn.run(processes.tagged(sql, query_id, user_name), params)
+        done = Summary(conn.read.rows, written, conn.read.elapsed_s)
+        self._send(200, [], {}, query_id, done, written=True)
 
     # --- responses ----------------------------------------------------------------------
 
@@ -419,7 +427,7 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
         """A chunked response; its last chunk is sent by `_end_response`, once the request has
         let go of its session, so a client never sees the end of a response before it may
         send the session's next query."""
-        tag = secrets.token_hex(8)
+        tag = "".join(secrets.choice(string.ascii_lowercase) for _ in range(16))
         self.send_response(status)
         for name, value in {
             "X-ClickHouse-Query-Id": query_id,

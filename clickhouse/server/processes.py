@@ -22,7 +22,9 @@ from clickhouse.server.statements import string_literal
 _TAG_ID = r"'^/\\* jobscope query_id=([^ ]*) user=[^ ]* \\*/ '"
 _TAG_USER = r"'^/\\* jobscope query_id=[^ ]* user=([^ ]*) \\*/ '"
 _TAG = r"'^/\\* jobscope [^*]* \\*/ '"
-_KILL_QUERY = re.compile(r"^KILL QUERY WHERE (.+?)(?: (SYNC|ASYNC|TEST))?$", re.S)
+_KILL_QUERY = re.compile(
+    r"^KILL QUERY WHERE (.+?)(?: (SYNC|ASYNC|TEST))?( FORMAT \w+(?: SETTINGS .+)?)?$", re.S
+)
 # A string literal (left as it is) or a reference to the table the view stands for.
 _PROCESSES_REF = re.compile(r"'(?:[^'\\]|\\.)*'|\bsystem\.processes\b")
 KILL_WAIT_S = 10.0
@@ -57,20 +59,21 @@ def with_processes_view(canonical: str) -> str:
     )
 
 
-def kill_parts(canonical: str) -> tuple[str, str] | None:
-    """(condition, mode) of `KILL QUERY WHERE <condition> [SYNC|ASYNC|TEST]`, else None."""
+def kill_parts(canonical: str) -> tuple[str, str, str] | None:
+    """(condition, mode, trailing FORMAT clause) of `KILL QUERY WHERE <condition>
+    [SYNC|ASYNC|TEST] [FORMAT X]`, else None."""
     match = _KILL_QUERY.match(canonical.strip())
     if match is None:
         return None
-    return match.group(1), (match.group(2) or "SYNC")
+    return match.group(1), (match.group(2) or "SYNC"), match.group(3) or ""
 
 
-def kill_output_query(condition: str, mode: str) -> str:
+def kill_output_query(condition: str, mode: str, format_clause: str = "") -> str:
     """The rows KILL QUERY answers with (as ClickHouse: status, query_id, user, query)."""
     status = {"SYNC": "finished", "ASYNC": "waiting", "TEST": "test"}[mode]
     return (
         f"SELECT {string_literal(status)} AS kill_status, query_id, user, query "
-        f"FROM {PROCESSES_VIEW} AS processes WHERE {condition}"
+        f"FROM {PROCESSES_VIEW} AS processes WHERE {condition}{format_clause}"
     )
 
 

@@ -176,12 +176,15 @@ def settings_list(settings: Mapping[str, str]) -> str:
 def output_query(
     canonical: str, default_format: str, settings: Mapping[str, str]
 ) -> tuple[str, str]:
-    """A query with output, with a FORMAT and the request's settings in its trailing clause;
-    returns it and its output format (the query's own, else `default_format`)."""
+    """A query with output and the request's settings in its trailing clause; returns it and
+    its output format (the query's own, else `default_format`, which the engine is given
+    apart). A FORMAT is written only before settings (a query may have a SETTINGS clause of
+    its own, and a second one must follow a FORMAT): some statements (SHOW POLICIES) take
+    no clause at all."""
     sql = canonical.rstrip().rstrip(";")
     match = _TRAILING_FORMAT.search(sql)
     fmt = match.group(1) if match else default_format
-    if match is None:
+    if match is None and settings:
         sql += f" FORMAT {default_format}"
     if settings:
         joiner = ", " if match is not None and match.group(2) else " SETTINGS "
