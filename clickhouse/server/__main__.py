@@ -25,6 +25,7 @@ def main() -> int:
         engine_config.connection_string(settings),
         settings.pool_size,
         settings.max_session_connections,
+        settings.sql_connections,
     )
     server = ClickHouseHTTPServer(settings, engine)
 

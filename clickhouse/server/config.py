@@ -24,9 +24,27 @@ class ServerSettings(BaseSettings):
     admin_password: SecretStr = Field(description="password of the read-write user")
     reader_user: str = "reader"
     reader_password: SecretStr = Field(description="password of the read-only user")
+    api_user: str = "api"
+    api_password: SecretStr | None = Field(
+        None, description="password of the API's read-only user; unset: no such user"
+    )
     superset_user: str = "superset"
     superset_password: SecretStr | None = Field(
         None, description="password of Superset's read-only user; unset: no such user"
+    )
+    # What SQL users (reader, superset) may do: ClickHouse's settings profile and quotas.
+    sql_max_execution_time_s: float = Field(60.0, gt=0, description="a longer query is stopped")
+    sql_max_memory_usage: int = Field(4 << 30, gt=0, description="bytes of memory per query")
+    sql_max_rows_to_read: int = Field(10_000_000_000, ge=0, description="rows per query; 0: any")
+    sql_max_threads: int = Field(2, ge=1, description="engine threads per query")
+    sql_os_thread_priority: int = Field(
+        10, ge=0, le=19, description="nice value of their threads: ingestion and the API first"
+    )
+    sql_max_concurrent_queries_per_user: int = Field(
+        4, ge=1, description="queries of one SQL user at once; more: code 202"
+    )
+    sql_connections: int = Field(
+        4, ge=1, description="engine connections SQL users share; the rest: API and ingestion"
     )
     session_timeout_s: float = Field(60.0, gt=0, description="idle HTTP sessions are forgotten")
     max_session_connections: int = Field(

@@ -196,6 +196,7 @@ class Engine:
         connection_string: str,
         pool_size: int,
         max_session_connections: int = 16,
+        sql_connections: int | None = None,
     ) -> None:
         data_dir.mkdir(parents=True, exist_ok=True)
         self._connection_string = connection_string
@@ -207,6 +208,19 @@ class Engine:
         self._max_session_connections = max_session_connections
         self._session_connections: set[EngineConnection] = set()
         self._lock = threading.Lock()
+        # SQL users take one of these before a pooled connection, so that at least
+        # pool_size - sql_connections connections stay for the API and ingestion.
+        self._sql_slots = threading.BoundedSemaphore(
+            max(1, min(sql_connections or pool_size, pool_size - 1))
+        )
+        self._control = EngineConnection(connection_string)
+        self._control_lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def control(self) -> Iterator[EngineConnection]:
+        """The server's own connection (finding and killing queries), never busy for long."""
+        with self._control_lock:
+            yield self._control
 
     def open_session_connection(self) -> EngineConnection:
         """A connection of its own for an HTTP session: its temporary tables live on it,
@@ -230,20 +244,31 @@ class Engine:
         conn.close()
 
     @contextlib.contextmanager
-    def connection(self, timeout: float) -> Iterator[EngineConnection]:
+    def connection(self, timeout: float, sql_user: bool = False) -> Iterator[EngineConnection]:
         if self._closing:
             raise ClickHouseError(SERVER_SHUTTING_DOWN, "The server is shutting down")
-        try:
-            conn = self._free.get(timeout=timeout)
-        except queue.Empty:
+        deadline = time.monotonic() + timeout
+        if sql_user and not self._sql_slots.acquire(timeout=timeout):
             raise ClickHouseError(
                 TOO_MANY_SIMULTANEOUS_QUERIES,
-                f"Too many simultaneous queries: all {len(self._all)} engine connections busy",
-            ) from None
+                "Too many simultaneous queries of SQL users: the engine connections they "
+                "share are all busy",
+            )
         try:
-            yield conn
+            try:
+                conn = self._free.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise ClickHouseError(
+                    TOO_MANY_SIMULTANEOUS_QUERIES,
+                    f"Too many simultaneous queries: all {len(self._all)} engine connections busy",
+                ) from None
+            try:
+                yield conn
+            finally:
+                self._free.put(conn)
         finally:
-            self._free.put(conn)
+            if sql_user:
+                self._sql_slots.release()
 
     def close(self, grace_s: float = 10.0) -> None:
         """Refuse new queries, let running ones finish (up to `grace_s`), then close."""
@@ -256,6 +281,7 @@ class Engine:
                 break
         for conn in reversed(self._all):
             conn.close()
+        self._control.close()
         with self._lock:
             sessions, self._session_connections = self._session_connections, set()
         for conn in sessions:

@@ -14,7 +14,7 @@ from collections.abc import Generator, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qsl, urlsplit
 
-from clickhouse.server import processes, statements
+from clickhouse.server import native, processes, statements
 from clickhouse.server.compression import choose_encoding, compress_stream, decompressor
 from clickhouse.server.config import ServerSettings
 from clickhouse.server.engine import (
@@ -115,8 +115,20 @@ class ClickHouseHTTPServer(ThreadingHTTPServer):
         self.users = users_from_settings(settings)
         self.sessions = SessionStore(settings.session_timeout_s, engine.close_session_connection)
         self.running = processes.RunningQueries()
+        self.disconnects = processes.DisconnectWatch(self.cancel_query)
         settings.spool_dir.mkdir(parents=True, exist_ok=True)
         super().__init__((settings.host, settings.port), ClickHouseRequestHandler)
+
+    def cancel_query(self, query_id: str) -> None:
+        """The client of a running query has gone: stop the engine's work for it."""
+        try:
+            with self.engine.control() as conn:
+                cancelled = processes.kill_query_id(conn, query_id)
+            log.info(
+                "query %s: client went away; %d engine query(ies) cancelled", query_id, cancelled
+            )
+        except ClickHouseError as exc:
+            log.warning("query %s: client went away; cancelling failed: %s", query_id, exc.message)
 
     def handle_error(self, request: object, client_address: tuple[str, int]) -> None:
         """A client closing its (idle keep-alive) connection is routine, not a traceback."""
@@ -179,7 +191,7 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
                     )
             with (
                 self.server.sessions.hold(user.name, params.get("session_id")) as session,
-                self.server.running.claim(query_id),
+                self.server.running.claim(query_id, user.name, user.max_concurrent_queries),
             ):
                 externals = external_tables(files, params)
                 self._execute(user, session, params, body, query_id, is_get, externals)
@@ -229,7 +241,7 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
         prefix, rest = self._read_prefix(params.get("query", ""), body, settings_obj.max_query_size)
         split = statements.split_insert(prefix)
         with (
-            self._connection(session) as conn,
+            self._connection(session, user) as conn,
             self._external_tables(conn, externals, statements.input_settings(query_settings)),
         ):
             conn.use(database)
@@ -274,39 +286,18 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
                 session.database = canonical.split(None, 1)[1].strip("`")
                 self._send(200, [], {}, query_id)
             elif kind in statements.OUTPUT_KINDS or kill is not None:
-                default_format = (
-                    self.headers.get("X-ClickHouse-Format")
-                    or params.get("default_format")
-                    or statements.DEFAULT_FORMAT
-                )
-                sql, fmt = statements.output_query(canonical, default_format, query_settings)
-                sql = processes.tagged(sql, query_id, user.name)
-                if (
-                    kind in statements.STREAMING_KINDS
-                    and fmt.lower() in statements.STREAMABLE_FORMATS
-                ):
-                    chunks = conn.stream(sql, query_params, fmt)
-                else:  # chdb streams only SELECTs, and only these formats chunk by chunk
-                    chunks = iter([conn.run(sql, query_params, fmt)])
-                first = next(chunks, b"")  # errors found before the first row get a proper status
-                if kill is not None and kill[1] != "TEST":
-                    ids = conn.run(processes.engine_ids_query(kill[0])).decode().split()
-                    processes.kill_engine_queries(conn.run, ids, wait=kill[1] == "SYNC")
-                encoding = (
-                    choose_encoding(self.headers.get("Accept-Encoding"))
-                    if params.get("enable_http_compression") in ("1", "true")
-                    else None
-                )
-                headers = {"Content-Type": _content_type(fmt), "X-ClickHouse-Format": fmt}
-                if encoding:
-                    headers["Content-Encoding"] = encoding
-                self._send(
-                    200,
-                    compress_stream(_chain(first, chunks), encoding),
-                    headers,
-                    query_id,
-                    conn.read,
-                )
+                with self.server.disconnects.watching(self.connection, query_id):
+                    self._answer(
+                        conn,
+                        canonical,
+                        kind,
+                        kill,
+                        params,
+                        query_params,
+                        query_settings,
+                        query_id,
+                        user,
+                    )
             else:
                 statement = processes.tagged(canonical, query_id, user.name)
                 self._run_statement(
@@ -314,11 +305,63 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
                 )
                 self._send(200, [], {}, query_id)
 
-    def _connection(self, session: Session) -> contextlib.AbstractContextManager[EngineConnection]:
+    def _answer(
+        self,
+        conn: EngineConnection,
+        canonical: str,
+        kind: str,
+        kill: tuple[str, str, str] | None,
+        params: dict[str, str],
+        query_params: dict[str, str],
+        query_settings: dict[str, str],
+        query_id: str,
+        user: User,
+    ) -> None:
+        """Run a statement with output (a query, or KILL QUERY) and stream its result."""
+        default_format = (
+            self.headers.get("X-ClickHouse-Format")
+            or params.get("default_format")
+            or statements.DEFAULT_FORMAT
+        )
+        sql, fmt = statements.output_query(canonical, default_format, query_settings)
+        sql = processes.tagged(sql, query_id, user.name)
+        streamed = (
+            kind in statements.STREAMING_KINDS and fmt.lower() in statements.STREAMABLE_FORMATS
+        )
+        revision = native.client_revision(params)
+        if fmt.lower() == "native" and revision:
+            chunks = native.output_for_client(conn, sql, query_params, fmt, revision, streamed)
+        elif streamed:
+            chunks = conn.stream(sql, query_params, fmt)
+        else:  # chdb streams only SELECTs, and only these formats chunk by chunk
+            chunks = iter([conn.run(sql, query_params, fmt)])
+        first = next(chunks, b"")  # errors found before the first row get a proper status
+        if kill is not None and kill[1] != "TEST":
+            ids = conn.run(processes.engine_ids_query(kill[0])).decode().split()
+            processes.kill_engine_queries(conn.run, ids, wait=kill[1] == "SYNC")
+        encoding = (
+            choose_encoding(self.headers.get("Accept-Encoding"))
+            if params.get("enable_http_compression") in ("1", "true")
+            else None
+        )
+        headers = {"Content-Type": _content_type(fmt), "X-ClickHouse-Format": fmt}
+        if encoding:
+            headers["Content-Encoding"] = encoding
+        self._send(
+            200,
+            compress_stream(_chain(first, chunks), encoding),
+            headers,
+            query_id,
+            conn.read,
+        )
+
+    def _connection(
+        self, session: Session, user: User
+    ) -> contextlib.AbstractContextManager[EngineConnection]:
         """The session's own engine connection once it holds temporary tables, else a pooled one."""
         if session.connection is not None:
             return contextlib.nullcontext(session.connection)
-        return self.server.engine.connection(self.server.settings.queue_timeout_s)
+        return self.server.engine.connection(self.server.settings.queue_timeout_s, user.sql_user)
 
     def _run_statement(
         self,

@@ -10,13 +10,21 @@ that comment (statements without one are the server's own and are hidden); `KILL
 from __future__ import annotations
 
 import re
+import select
+import socket
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from urllib.parse import quote
 
-from clickhouse.server.errors import QUERY_WITH_SAME_ID_IS_ALREADY_RUNNING, ClickHouseError
+from clickhouse.server.engine import EngineConnection
+from clickhouse.server.errors import (
+    QUERY_WITH_SAME_ID_IS_ALREADY_RUNNING,
+    TOO_MANY_SIMULTANEOUS_QUERIES,
+    ClickHouseError,
+)
 from clickhouse.server.statements import string_literal
 
 _TAG_ID = r"'^/\\* jobscope query_id=([^ ]*) user=[^ ]* \\*/ '"
@@ -100,24 +108,96 @@ def kill_engine_queries(
         time.sleep(0.02)
 
 
+def kill_query_id(conn: EngineConnection, query_id: str) -> int:
+    """Cancel the engine's queries of a request (without waiting); returns how many."""
+    condition = f"query_id = {string_literal(query_id)}"
+    ids = conn.run(engine_ids_query(condition)).decode().split()
+    kill_engine_queries(conn.run, ids, wait=False)
+    return len(ids)
+
+
+class DisconnectWatch:
+    """Cancels the engine's queries of a request whose client has closed its connection, as
+    a query that nobody will read must not hold an engine connection and cores (ClickHouse's
+    `cancel_http_readonly_queries_on_client_close`). One thread polls every watched socket."""
+
+    def __init__(self, cancel: Callable[[str], None], interval_s: float = 0.2) -> None:
+        self._cancel = cancel
+        self._interval = interval_s
+        self._watched: dict[int, tuple[socket.socket, str]] = {}
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    @contextmanager
+    def watching(self, sock: socket.socket, query_id: str) -> Iterator[None]:
+        fd = sock.fileno()
+        with self._lock:
+            self._watched[fd] = (sock, query_id)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="disconnects", daemon=True)
+                self._thread.start()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._watched.pop(fd, None)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(self._interval)
+            with self._lock:
+                watched = dict(self._watched)
+            poller = select.poll()
+            for fd in watched:
+                poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+            for fd, _ in poller.poll(0):
+                sock, query_id = watched[fd]
+                if _closed(sock):
+                    with self._lock:
+                        gone = self._watched.pop(fd, None) is not None
+                    if gone:
+                        self._cancel(query_id)
+
+
+def _closed(sock: socket.socket) -> bool:
+    """Whether the peer has closed (a readable socket with nothing to read)."""
+    try:
+        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
 class RunningQueries:
-    """The query ids of requests running now: ClickHouse refuses a second one with an id in use."""
+    """The requests running now: ClickHouse refuses a second query with an id in use, and one
+    more query of a user already running as many as it may."""
 
     def __init__(self) -> None:
         self._ids: set[str] = set()
+        self._per_user: Counter[str] = Counter()
         self._lock = threading.Lock()
 
     @contextmanager
-    def claim(self, query_id: str) -> Iterator[None]:
+    def claim(self, query_id: str, user: str, max_for_user: int = 0) -> Iterator[None]:
         with self._lock:
             if query_id in self._ids:
                 raise ClickHouseError(
                     QUERY_WITH_SAME_ID_IS_ALREADY_RUNNING,
                     f"Query with id = {query_id} is already running.",
                 )
+            running = self._per_user[user]
+            if max_for_user and running >= max_for_user:
+                raise ClickHouseError(
+                    TOO_MANY_SIMULTANEOUS_QUERIES,
+                    f"Too many simultaneous queries for user {user}. Current: {running}, "
+                    f"maximum: {max_for_user}",
+                )
             self._ids.add(query_id)
+            self._per_user[user] += 1
         try:
             yield
         finally:
             with self._lock:
                 self._ids.discard(query_id)
+                self._per_user[user] -= 1

@@ -18,25 +18,62 @@ class User:
     readonly: bool
     # Settings forced on every query of this user, after the client's own.
     forced_settings: Mapping[str, str] = field(default_factory=dict)
+    sql_user: bool = False
+    """A user handed to people and tools (reader, superset): limited, and kept to the engine
+    connections SQL users share, so the API and ingestion always find one free."""
+    max_concurrent_queries: int = 0
+    """Its queries running at once; one more is refused (code 202). 0: no limit."""
+
+
+# FINAL hides readings delivered twice. A reading's copies always share a partition (the day
+# of its timestamp, which is in the dedup key), so FINAL need not merge across partitions,
+# and a partition of one part is read without merging at all.
+_DEDUPLICATED = {"final": "1", "do_not_merge_across_partitions_select_final": "1"}
+
+
+def sql_user_limits(settings: ServerSettings) -> dict[str, str]:
+    """The settings profile of SQL users: time, memory, rows read, threads, and a lower
+    scheduling priority for their engine threads (a nice value) than ingestion's and the API's."""
+    return {
+        "max_execution_time": str(settings.sql_max_execution_time_s),
+        "max_memory_usage": str(settings.sql_max_memory_usage),
+        "max_rows_to_read": str(settings.sql_max_rows_to_read),
+        "max_threads": str(settings.sql_max_threads),
+        "os_thread_priority": str(settings.sql_os_thread_priority),
+    }
+
+
+def _read_only(name: str, password: str, forced: Mapping[str, str], **kwargs: object) -> User:
+    # readonly=1 comes last, so nothing before it can be lifted by the client.
+    return User(name, password, True, {**_DEDUPLICATED, **forced, "readonly": "1"}, **kwargs)
 
 
 def users_from_settings(settings: ServerSettings) -> dict[str, User]:
-    admin = User(settings.admin_user, settings.admin_password.get_secret_value(), readonly=False)
-    reader = User(
-        settings.reader_user,
-        settings.reader_password.get_secret_value(),
-        readonly=True,
-        # FINAL hides readings delivered twice. A reading's copies always share a partition
-        # (the day of its timestamp, which is in the dedup key), so FINAL need not merge
-        # across partitions, and a partition of one part is read without merging at all.
-        # readonly=1 comes last so nothing lifts it.
-        forced_settings={
-            "final": "1",
-            "do_not_merge_across_partitions_select_final": "1",
-            "readonly": "1",
-        },
-    )
-    return {admin.name: admin, reader.name: reader}
+    limits = sql_user_limits(settings)
+    per_user = settings.sql_max_concurrent_queries_per_user
+    users = [
+        User(settings.admin_user, settings.admin_password.get_secret_value(), readonly=False),
+        _read_only(
+            settings.reader_user,
+            settings.reader_password.get_secret_value(),
+            limits,
+            sql_user=True,
+            max_concurrent_queries=per_user,
+        ),
+    ]
+    if settings.api_password is not None:
+        users.append(_read_only(settings.api_user, settings.api_password.get_secret_value(), {}))
+    if settings.superset_password is not None:  # Superset's own: SQL Lab, dashboards
+        users.append(
+            _read_only(
+                settings.superset_user,
+                settings.superset_password.get_secret_value(),
+                limits,
+                sql_user=True,
+                max_concurrent_queries=per_user,
+            )
+        )
+    return {user.name: user for user in users}
 
 
 def credentials(headers: Mapping[str, str], params: Mapping[str, str]) -> tuple[str, str]:

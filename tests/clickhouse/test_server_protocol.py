@@ -467,10 +467,12 @@ def test_query_id_is_seen_in_system_processes_and_killable(
         base_url=clickhouse.clickhouse_url, auth=("reader", password), timeout=60
     ) as reader:
         answers: list[httpx.Response] = []
-        long_query = "SELECT sum(cityHash64(number)) FROM numbers(100000000000)"
+        long_query = "SELECT sum(sleepEachRow(0.1)) FROM numbers(500)"
         runner = threading.Thread(
             target=lambda: answers.append(
-                reader.post("/", params={"query_id": query_id}, content=long_query)
+                reader.post(
+                    "/", params={"query_id": query_id, "max_block_size": "1"}, content=long_query
+                )
             )
         )
         runner.start()
@@ -482,7 +484,7 @@ def test_query_id_is_seen_in_system_processes_and_killable(
                 "the query in system.processes under its id and user",
                 interval=0.05,
             )
-            assert "numbers(100000000000)" in http.post("/", content=seen).text
+            assert "sleepEachRow(0.1)" in http.post("/", content=seen).text
             again = reader.post("/", params={"query_id": query_id}, content="SELECT 1")
             assert _exception_code(again) == "216", again.text
             killed = http.post("/", content=f"KILL QUERY WHERE query_id = '{query_id}' SYNC")
