@@ -59,6 +59,7 @@ def component_env(settings: StackSettings) -> dict[str, str]:
 PASSWORD_VARS = {
     "jobscope": "JOBSCOPE_CLICKHOUSE_ADMIN_PASSWORD",
     "reader": "JOBSCOPE_CLICKHOUSE_READER_PASSWORD",
+    "api": "JOBSCOPE_CLICKHOUSE_API_PASSWORD",
 }
 
 

@@ -50,6 +50,12 @@ class ServerSettings(BaseSettings):
     max_session_connections: int = Field(
         16, ge=0, description="sessions holding temporary tables (each on an engine connection)"
     )
+    receive_timeout_s: float = Field(
+        30.0, gt=0, description="a client silent this long while sending, or idle, is dropped"
+    )
+    max_connections: int = Field(
+        1024, ge=1, description="open client connections (one thread each); more are closed"
+    )
     max_query_size: int = Field(1 << 20, description="bytes of statement text accepted")
     engine_log_file: Path | None = Field(
         None,

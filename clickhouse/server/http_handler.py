@@ -6,9 +6,11 @@ import contextlib
 import json
 import logging
 import secrets
+import socket
 import string
 import sys
 import tempfile
+import threading
 import uuid
 from collections.abc import Generator, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -24,7 +26,13 @@ from clickhouse.server.engine import (
     quote_identifier,
     statement_text,
 )
-from clickhouse.server.errors import NOT_IMPLEMENTED, QUERY_IS_TOO_LARGE, ClickHouseError
+from clickhouse.server.errors import (
+    CANNOT_PARSE_INPUT_ASSERTION_FAILED,
+    NOT_IMPLEMENTED,
+    QUERY_IS_TOO_LARGE,
+    SOCKET_TIMEOUT,
+    ClickHouseError,
+)
 from clickhouse.server.forms import ExternalTable, external_tables, is_form, parse_form, read_form
 from clickhouse.server.sessions import Session, SessionStore, parse_set
 from clickhouse.server.users import User, authenticate, credentials, users_from_settings
@@ -73,7 +81,14 @@ class RequestBody:
     def _raw_chunks(self) -> Iterator[bytes]:
         if self._chunked:
             while True:
-                size = int(self._rfile.readline().split(b";")[0].strip() or b"0", 16)
+                line = self._rfile.readline(1024)
+                try:
+                    size = int(line.split(b";")[0].strip() or b"0", 16)
+                except ValueError:
+                    raise ClickHouseError(
+                        CANNOT_PARSE_INPUT_ASSERTION_FAILED,
+                        f"Malformed chunk size in the request body: {line!r}",
+                    ) from None
                 if size == 0:
                     while self._rfile.readline() not in (b"\r\n", b"\n", b""):
                         pass
@@ -111,6 +126,7 @@ class ClickHouseHTTPServer(ThreadingHTTPServer):
 
     def __init__(self, settings: ServerSettings, engine: Engine) -> None:
         self.settings = settings
+        self._connections = threading.BoundedSemaphore(settings.max_connections)
         self.engine = engine
         self.users = users_from_settings(settings)
         self.sessions = SessionStore(settings.session_timeout_s, engine.close_session_connection)
@@ -118,6 +134,27 @@ class ClickHouseHTTPServer(ThreadingHTTPServer):
         self.disconnects = processes.DisconnectWatch(self.cancel_query)
         settings.spool_dir.mkdir(parents=True, exist_ok=True)
         super().__init__((settings.host, settings.port), ClickHouseRequestHandler)
+
+    def process_request(self, request: socket.socket, client_address: tuple[str, int]) -> None:
+        """One thread per connection, up to max_connections: beyond, a connection is closed
+        at once, so slow or idle clients cannot make the server grow without bound."""
+        if not self._connections.acquire(blocking=False):
+            log.warning(
+                "%s: %d connections open already; closed",
+                client_address[0],
+                self.settings.max_connections,
+            )
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(
+        self, request: socket.socket, client_address: tuple[str, int]
+    ) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._connections.release()
 
     def cancel_query(self, query_id: str) -> None:
         """The client of a running query has gone: stop the engine's work for it."""
@@ -145,6 +182,10 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True
     server: ClickHouseHTTPServer
     server_version = "jobscope-clickhouse"
+
+    def setup(self) -> None:
+        self.timeout = self.server.settings.receive_timeout_s  # each read of a request
+        super().setup()
 
     def log_message(self, format: str, *args: object) -> None:
         log.debug("%s " + format, self.client_address[0], *args)
@@ -197,6 +238,11 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
                 self._execute(user, session, params, body, query_id, is_get, externals)
         except ClickHouseError as exc:
             self._fail(exc, query_id)
+        except TimeoutError:
+            self.close_connection = True
+            timeout = self.server.settings.receive_timeout_s
+            message = f"Timeout exceeded while reading from socket ({timeout:g} s)"
+            self._fail(ClickHouseError(SOCKET_TIMEOUT, message), query_id)
         except Exception as exc:
             log.exception("internal error in query %s", query_id)
             self._fail(ClickHouseError(1001, f"{type(exc).__name__}: {exc}"), query_id)
