@@ -61,6 +61,12 @@ _TRAILING_FORMAT = re.compile(r"\sFORMAT\s+(\w+)(\s+SETTINGS\s+.+)?$", re.S)
 _INSERT_PARTS = re.compile(r"^(INSERT INTO .+?)(?: SETTINGS (.+?))? FORMAT (\w+)$", re.S)
 _SYNC_DROP = re.compile(r"^(?:DROP|DETACH)\b.*\bSYNC$", re.S)
 _FILE_ACCESS = re.compile(r"\bINTO OUTFILE\b|\bFROM INFILE\b", re.I)
+# Statements whose grammar takes no FORMAT or SETTINGS clause (access entities): the engine
+# is given their format apart, and settings do not apply to them.
+_NO_CLAUSES = re.compile(
+    r"^SHOW (?:(?:ROW )?POLICIES|QUOTAS?|USERS|ROLES|(?:SETTINGS )?PROFILES|ACCESS|ENABLED ROLES"
+    r"|CURRENT ROLES|CREATE (?:USER|ROLE|QUOTA|(?:ROW )?POLICY|(?:SETTINGS )?PROFILE))\b"
+)
 _CREATE_TEMPORARY = re.compile(
     r"^(?:/\*.*?\*/ )?CREATE TEMPORARY TABLE (?:IF NOT EXISTS )?(`(?:[^`\\]|\\.)*`|\w+)", re.S
 )
@@ -179,9 +185,11 @@ def output_query(
     """A query with output and the request's settings in its trailing clause; returns it and
     its output format (the query's own, else `default_format`, which the engine is given
     apart). A FORMAT is written only before settings (a query may have a SETTINGS clause of
-    its own, and a second one must follow a FORMAT): some statements (SHOW POLICIES) take
-    no clause at all."""
+    its own, and a second one must follow a FORMAT). Statements about access entities (SHOW
+    POLICIES, SHOW USERS...) take no clause at all: they get neither."""
     sql = canonical.rstrip().rstrip(";")
+    if _NO_CLAUSES.match(sql):
+        return sql, default_format
     match = _TRAILING_FORMAT.search(sql)
     fmt = match.group(1) if match else default_format
     if match is None and settings:

@@ -583,3 +583,11 @@ def test_summary_header_and_errors_within_a_result(http: httpx.Client, table: st
     tail = answer.content[answer.content.index(b"__exception__") :]
     assert tail.startswith(b"__exception__\r\n" + tag.encode() + b"\r\nCode: 395.")
     assert tail.endswith(b" " + tag.encode() + b"\r\n__exception__\r\n")
+
+
+def test_statements_taking_no_clause_reach_the_engine_as_they_are(http: httpx.Client) -> None:
+    """SHOW POLICIES takes no FORMAT or SETTINGS clause: with request settings it is answered
+    (no policies), not refused as a syntax error."""
+    answer = http.post("/", params={"max_threads": "1"}, content="SHOW POLICIES")
+    assert (answer.status_code, answer.text) == (200, ""), answer.text
+    assert http.post("/", params={"max_threads": "1"}, content="SHOW GRANTS").is_success
