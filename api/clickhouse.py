@@ -30,8 +30,8 @@ class ClickHouseProvider:
                     self._client = clickhouse_connect.get_client(
                         host=s.clickhouse_host,
                         port=s.clickhouse_port,
-                        username=s.clickhouse_reader_user,
-                        password=s.clickhouse_reader_password.get_secret_value(),
+                        username=s.clickhouse_api_user,
+                        password=s.clickhouse_api_password.get_secret_value(),
                         database=s.clickhouse_database,
                         autogenerate_session_id=False,
                         connect_timeout=s.health_timeout_s,

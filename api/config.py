@@ -13,8 +13,10 @@ class ApiSettings(BaseSettings):
     api_port: int = 8000
     clickhouse_host: str = "127.0.0.1"
     clickhouse_port: int = 8123
-    clickhouse_reader_user: str = "reader"
-    clickhouse_reader_password: SecretStr = Field(description="the API only reads: read-only user")
+    clickhouse_api_user: str = "api"
+    clickhouse_api_password: SecretStr = Field(
+        description="the API reads as its own read-only ClickHouse user (not the SQL users')"
+    )
     clickhouse_database: str = "default"
     kafka_bootstrap: str = "127.0.0.1:9092"
     jobs_topic: str = Field("jobs", description="job writes are published here")

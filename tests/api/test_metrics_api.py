@@ -135,7 +135,7 @@ def test_health_degraded_when_nothing_answers() -> None:
     settings = ApiSettings(
         clickhouse_port=1,
         kafka_bootstrap="127.0.0.1:1",
-        clickhouse_reader_password="x",
+        clickhouse_api_password="x",
         health_timeout_s=0.5,
     )
     with TestClient(create_app(settings)) as client:
@@ -205,7 +205,7 @@ def test_job_writes_need_kafka_not_clickhouse(api_tokens: dict[str, str], kafka:
         settings = ApiSettings(
             clickhouse_port=1,
             kafka_bootstrap=bootstrap,
-            clickhouse_reader_password="x",
+            clickhouse_api_password="x",
             admin_token=api_tokens["admin"],
             kafka_write_timeout_s=timeout,
             jobs_topic=topic,

@@ -200,7 +200,7 @@ def test_kafka_down_is_a_503(api_tokens: dict[str, str]) -> None:
     settings = ApiSettings(
         clickhouse_port=1,
         kafka_bootstrap="127.0.0.1:1",
-        clickhouse_reader_password="x",
+        clickhouse_api_password="x",
         admin_token=api_tokens["admin"],
         kafka_write_timeout_s=1.0,
     )

@@ -113,8 +113,8 @@ def test_reads_can_need_a_token(
     reader token reads; the health check stays open."""
     settings = ApiSettings(
         clickhouse_port=clickhouse.clickhouse_port,
-        clickhouse_reader_password=secrets.load_or_create(clickhouse.state_dir)[
-            "JOBSCOPE_CLICKHOUSE_READER_PASSWORD"
+        clickhouse_api_password=secrets.load_or_create(clickhouse.state_dir)[
+            "JOBSCOPE_CLICKHOUSE_API_PASSWORD"
         ],
         kafka_bootstrap=clickhouse.kafka_bootstrap,
         token_secret=token_secret,

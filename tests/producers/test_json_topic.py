@@ -192,7 +192,7 @@ def test_pushed_readings_are_copied(clickhouse: StackSettings, json_topic: str) 
     values = secrets.load_or_create(clickhouse.state_dir)
     settings = ApiSettings(
         clickhouse_port=clickhouse.clickhouse_port,
-        clickhouse_reader_password=values["JOBSCOPE_CLICKHOUSE_READER_PASSWORD"],
+        clickhouse_api_password=values["JOBSCOPE_CLICKHOUSE_API_PASSWORD"],
         kafka_bootstrap=clickhouse.kafka_bootstrap,
         admin_token=values["JOBSCOPE_ADMIN_TOKEN"],
         json_topic=json_topic,
