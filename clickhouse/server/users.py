@@ -7,6 +7,8 @@ import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from pydantic import SecretStr
+
 from clickhouse.server.config import ServerSettings
 from clickhouse.server.errors import AUTHENTICATION_FAILED, ClickHouseError
 
@@ -50,29 +52,24 @@ def _read_only(name: str, password: str, forced: Mapping[str, str], **kwargs: ob
 
 def users_from_settings(settings: ServerSettings) -> dict[str, User]:
     limits = sql_user_limits(settings)
-    per_user = settings.sql_max_concurrent_queries_per_user
-    users = [
-        User(settings.admin_user, settings.admin_password.get_secret_value(), readonly=False),
-        _read_only(
-            settings.reader_user,
-            settings.reader_password.get_secret_value(),
+
+    def sql_user(name: str, password: SecretStr) -> User:
+        return _read_only(
+            name,
+            password.get_secret_value(),
             limits,
             sql_user=True,
-            max_concurrent_queries=per_user,
-        ),
+            max_concurrent_queries=settings.sql_max_concurrent_queries_per_user,
+        )
+
+    users = [
+        User(settings.admin_user, settings.admin_password.get_secret_value(), readonly=False),
+        sql_user(settings.reader_user, settings.reader_password),
     ]
     if settings.api_password is not None:
         users.append(_read_only(settings.api_user, settings.api_password.get_secret_value(), {}))
     if settings.superset_password is not None:  # Superset's own: SQL Lab, dashboards
-        users.append(
-            _read_only(
-                settings.superset_user,
-                settings.superset_password.get_secret_value(),
-                limits,
-                sql_user=True,
-                max_concurrent_queries=per_user,
-            )
-        )
+        users.append(sql_user(settings.superset_user, settings.superset_password))
     return {user.name: user for user in users}
 
 
