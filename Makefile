@@ -5,6 +5,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell sha256sum requirements.txt | cut -c1-12)
 BENCH_STAMP := $(VENV)/.bench-installed-$(shell sha256sum bench/requirements.txt 2>/dev/null | cut -c1-12)
+# Superset's own venv (never the server's): its pins would clash with the server's.
+SUPERSET_VENV := .venv-superset
+SUPERSET_STAMP := $(SUPERSET_VENV)/.installed-$(shell sha256sum superset/requirements.txt | cut -c1-12)
 PYTEST_ARGS ?=
 QUICK ?=
 ONLY ?=
@@ -17,16 +20,17 @@ JSON_TOPIC ?=
 JSON_ENV := $(if $(filter 1,$(JSON_TOPIC)),JOBSCOPE_JSON_TOPIC=readings-json,$(if $(JSON_TOPIC),JOBSCOPE_JSON_TOPIC=$(JSON_TOPIC),))
 DEVICES_ENV := $(if $(filter sample,$(DEVICES)),JOBSCOPE_DEVICES_FILE=$(CURDIR)/producers/config/sample JOBSCOPE_SIMULATORS=true,$(if $(DEVICES),JOBSCOPE_DEVICES_FILE=$(abspath $(DEVICES)),))
 
-.PHONY: help up down status test test-fast lint format bench system-deps venv reset
+.PHONY: help up down status test test-fast lint format bench system-deps venv reset superset superset-venv
 
 help:
 	@echo "make up        start Kafka, ClickHouse, producers (demo fleet) and the API"
 	@echo "               DEVICES=sample: SNMP + IPMI samples on simulated devices; DEVICES=path: yours"
 	@echo "               JSON_TOPIC=1: also every reading as JSON on topic readings-json"
+	@echo "make superset  Superset dashboards on 127.0.0.1:8088 against the running stack"
 	@echo "make down      stop them (data kept in state/)"
 	@echo "make status    what runs, where it listens, where it logs"
 	@echo "make test      the whole test suite against real components"
-	@echo "make bench     benchmarks beside peers (QUICK=1 short run; ONLY=api|freshness|drain: one part)"
+	@echo "make bench     benchmarks beside peers (QUICK=1 short run; ONLY=api|freshness|drain|snmp|...|live|abuse: one part)"
 	@echo "make lint      ruff"
 	@echo "make reset     stop everything and delete state/ (all data)"
 
@@ -53,7 +57,7 @@ down:
 status: venv
 	$(DEVICES_ENV) $(PY) -m stack status
 
-test: system-deps venv
+test: system-deps venv superset-venv
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-fast: venv
@@ -74,6 +78,17 @@ $(BENCH_STAMP): bench/requirements.txt $(STAMP)
 
 bench: system-deps venv $(BENCH_STAMP)
 	$(PY) -m bench $(if $(QUICK),--quick,) $(if $(ONLY),--only $(ONLY),)
+
+$(SUPERSET_STAMP): superset/requirements.txt
+	@test -x $(SUPERSET_VENV)/bin/python || $(PYTHON) -m venv $(SUPERSET_VENV)
+	$(SUPERSET_VENV)/bin/python -m pip install -q --disable-pip-version-check -r superset/requirements.txt
+	@rm -f $(SUPERSET_VENV)/.installed-* && touch $@
+
+superset-venv: $(SUPERSET_STAMP)
+
+# Superset against the stack `make up` started: initialise, import the dashboards, serve.
+superset: system-deps venv superset-venv
+	$(PY) -m stack superset
 
 reset: down
 	rm -rf state

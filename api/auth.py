@@ -66,7 +66,7 @@ def principal(*roles: Role) -> Callable[..., Principal]:
     return check
 
 
-def reads_guard(
+async def reads_guard(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> None:

@@ -70,7 +70,40 @@ class ApiSettings(BaseSettings):
         30.0, gt=0, description="a since= replay waits this long for ClickHouse to catch up"
     )
     default_window_s: int = Field(300, gt=0, description="start_time defaults to end_time - this")
-    health_timeout_s: float = Field(2.0, gt=0)
+    superset_url: str = Field(
+        "http://127.0.0.1:8088",
+        description="Superset (`make superset`): /api/metrics/dashboard redirects to it",
+    )
+    health_timeout_s: float = Field(
+        2.0, gt=0, description="/health answers within this, whatever ClickHouse or Kafka do"
+    )
+    # Limits (api/limits.py, api/server.py): no request, client or query holds the API.
+    max_devices: int = Field(1000, gt=0, description="devices (and nodes) named in one request")
+    max_metrics: int = Field(1000, gt=0, description="metric names or globs in one request")
+    json_max_span_s: int = Field(
+        86400, gt=0, description="a JSON answer over more (s, or buckets) is counted first"
+    )
+    json_max_readings: int = Field(
+        1_000_000, gt=0, description="... and refused past this many readings (400)"
+    )
+    max_exports: int = Field(8, gt=0, description="readings answers streaming at once; more: 503")
+    export_send_timeout_s: float = Field(
+        60.0, gt=0, description="a client taking no bytes of an answer for this long is dropped"
+    )
+    retry_after_s: int = Field(5, ge=0, description="Retry-After of a 503 when a limit is reached")
+    query_timeout_s: float = Field(
+        60.0, gt=0, description="ClickHouse silent this long on a query (or an export): 504"
+    )
+    threads: int = Field(40, gt=0, description="worker threads of the blocking routes")
+    max_connections: int = Field(
+        1000, gt=0, description="open connections and requests; more: 503 (uvicorn)"
+    )
+    header_timeout_s: float = Field(
+        10.0, gt=0, description="a request line and headers not complete by then: closed"
+    )
+    body_timeout_s: float = Field(
+        60.0, gt=0, description="a request body not complete this long after its headers: closed"
+    )
     shutdown_timeout_s: float = Field(
         3.0, gt=0, description="on stop, open requests (live streams) get this long to end"
     )

@@ -8,9 +8,11 @@ from clickhouse_connect.driver.client import Client
 from fastapi import Depends, Request
 
 from api.config import ApiSettings
+from api.limits import ExportSlots
 
 
-def get_settings(request: Request) -> ApiSettings:
+async def get_settings(request: Request) -> ApiSettings:
+    """(async: a sync dependency would take a worker thread, and could wait for one)"""
     return request.app.state.settings
 
 
@@ -20,3 +22,10 @@ def get_clickhouse(request: Request) -> Client:
 
 SettingsDep = Annotated[ApiSettings, Depends(get_settings)]
 ClickHouseDep = Annotated[Client, Depends(get_clickhouse)]
+
+
+async def get_exports(request: Request) -> ExportSlots:
+    return request.app.state.exports
+
+
+ExportsDep = Annotated[ExportSlots, Depends(get_exports)]

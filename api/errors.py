@@ -5,13 +5,15 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+import urllib3.exceptions
 from clickhouse_connect.driver.exceptions import OperationalError
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 
-from api.clickhouse import ClickHouseUnavailable
+from api.clickhouse import ClickHouseUnavailable, failure
 from api.kafka import KafkaUnavailable
 
 
@@ -45,7 +47,12 @@ class TooLarge(ValueError):
 
 
 class Busy(RuntimeError):
-    """A configured limit of concurrent work is reached (503), e.g. live streams."""
+    """A configured limit of concurrent work is reached (503 with Retry-After), e.g. live
+    streams or exports."""
+
+    def __init__(self, message: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 def error_parameter(error: Mapping[str, Any]) -> tuple[str, str]:
@@ -78,15 +85,12 @@ def _parameter_response(parameter: str, message: str) -> JSONResponse:
 
 # Exceptions answered as `{"error": <message>}`: their status and message.
 _ANSWERS: dict[type[Exception], tuple[int, Callable[[Exception], str]]] = {
-    ClickHouseUnavailable: (503, str),
-    OperationalError: (503, lambda exc: f"ClickHouse: {str(exc).splitlines()[0]}"),
     KafkaUnavailable: (503, _kafka_unavailable),
     NotFound: (404, str),
     Conflict: (409, str),
     Forbidden: (403, str),
     NotAcceptable: (406, str),
     TooLarge: (413, str),
-    Busy: (503, str),
 }
 
 
@@ -99,7 +103,47 @@ def _answer(
     return handler
 
 
+_ERROR_BODY = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+# What any operation may answer, whatever its own documentation says.
+_ANY_OPERATION = {
+    "503": "ClickHouse down or restarting, or a limit of concurrent work reached",
+    "504": "ClickHouse did not answer within JOBSCOPE_QUERY_TIMEOUT_S",
+}
+
+
+def _documented(app: FastAPI) -> Callable[[], dict[str, Any]]:
+    """The app's OpenAPI with the errors it really answers: a request that fails validation
+    is a 400 `ErrorBody` (FastAPI documents a 422 it never sends here), and any operation
+    may answer 503 or 504 when ClickHouse fails."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        spec = build()
+        for item in spec.get("paths", {}).values():
+            for operation in item.values():
+                responses = operation.setdefault("responses", {})
+                if responses.pop("422", None) is not None:
+                    responses.setdefault(
+                        "400", {"description": "a bad parameter", "content": _ERROR_BODY}
+                    )
+                if operation.get("operationId") == "get_health":
+                    continue  # answers within its own timeout, with its own body
+                for status, description in _ANY_OPERATION.items():
+                    answer = {"description": description, "content": _ERROR_BODY}
+                    responses.setdefault(status, answer)
+        schemas = spec.get("components", {}).get("schemas", {})
+        for unused in ("HTTPValidationError", "ValidationError"):
+            schemas.pop(unused, None)
+        app.openapi_schema = spec
+        return spec
+
+    return openapi
+
+
 def install(app: FastAPI) -> None:
+    app.openapi = _documented(app)  # type: ignore[method-assign]
     for kind, (status, describe) in _ANSWERS.items():
         app.add_exception_handler(kind, _answer(status, describe))
 
@@ -108,6 +152,27 @@ def install(app: FastAPI) -> None:
         return JSONResponse(
             status_code=exc.status_code, content={"error": exc.detail}, headers=exc.headers
         )
+
+    @app.exception_handler(ClickHouseUnavailable)
+    async def clickhouse_unavailable(_request: Request, exc: ClickHouseUnavailable) -> JSONResponse:
+        return JSONResponse(status_code=exc.status, content={"error": str(exc)})
+
+    async def clickhouse_failed(request: Request, exc: Exception) -> JSONResponse:
+        timeout_s = request.app.state.settings.query_timeout_s
+        status, message = failure(exc, request.app.state.clickhouse.url, timeout_s)
+        return JSONResponse(status_code=status, content={"error": message})
+
+    app.add_exception_handler(OperationalError, clickhouse_failed)
+    app.add_exception_handler(urllib3.exceptions.HTTPError, clickhouse_failed)
+
+    @app.exception_handler(ClientDisconnect)
+    async def client_gone(_request: Request, _exc: ClientDisconnect) -> Response:
+        return Response(status_code=400)  # never sent: the client left mid-request (or was cut)
+
+    @app.exception_handler(Busy)
+    async def busy(_request: Request, exc: Busy) -> JSONResponse:
+        headers = {"Retry-After": str(exc.retry_after_s)}
+        return JSONResponse(status_code=503, content={"error": str(exc)}, headers=headers)
 
     @app.exception_handler(ParameterError)
     async def parameter_error(_request: Request, exc: ParameterError) -> JSONResponse:

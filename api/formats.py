@@ -15,16 +15,16 @@ Arrow carry a UTC timestamp type and labels as a map.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 from urllib.parse import quote
 
 from clickhouse_connect.driver.client import Client
-from fastapi.responses import StreamingResponse
 
 from api.errors import NotAcceptable, ParameterError
 from api.queries import iso_sql
+from api.streaming import ExportResponse
 
 BLOCK_SIZE = 1 << 18
 
@@ -121,15 +121,31 @@ def blocks(stream: IO[bytes], size: int = BLOCK_SIZE) -> Iterator[bytes]:
 
 
 def stream(
-    client: Client, rows: str, params: dict[str, Any], fmt: Format, filename: str
-) -> StreamingResponse:
-    """Run the query and stream its output in `fmt`."""
+    client: Client,
+    rows: str,
+    params: dict[str, Any],
+    fmt: Format,
+    filename: str,
+    send_timeout_s: float,
+    release: Callable[[], None],
+) -> ExportResponse:
+    """Run the query and stream its output in `fmt`; `release` runs once the answer ends
+    (or the query fails to start)."""
     headers = {"Content-Disposition": content_disposition(f"{filename}.{fmt.extension}")}
-    raw = client.raw_stream(projected(rows, fmt), parameters=params, fmt=fmt.clickhouse)
+    try:
+        raw = client.raw_stream(projected(rows, fmt), parameters=params, fmt=fmt.clickhouse)
+    except BaseException:
+        release()
+        raise
     body = blocks(raw)
     if fmt.name == "json":
         body = json_array(body)
-    return StreamingResponse(body, media_type=fmt.media_type, headers=headers)
+
+    def closed() -> None:
+        raw.close()  # a query still running is cancelled by ClickHouse when its client goes
+        release()
+
+    return ExportResponse(body, fmt.media_type, headers, send_timeout_s, closed)
 
 
 def content_disposition(filename: str) -> str:

@@ -5,21 +5,28 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from anyio import to_thread
 from fastapi import Depends, FastAPI
 
 from api import auth, errors
 from api.clickhouse import ClickHouseProvider
 from api.config import ApiSettings
 from api.kafka import KafkaPublisher
+from api.limits import ExportSlots
 from api.live.hub import ReadingsHub
 from api.live.ingested import IngestWatch
-from api.routes import devices, health, jobs, kwollect, live, metrics, push, tokens
+from api.probes import HealthProbes
+from api.routes import dashboard, devices, health, jobs, kwollect, live, metrics, push, tokens
 
 
 def create_app(settings: ApiSettings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # the blocking routes' worker threads (anyio's limiter of this event loop)
+        to_thread.current_default_thread_limiter().total_tokens = settings.threads
         app.state.clickhouse = ClickHouseProvider(settings)
+        app.state.health = HealthProbes(settings)
+        app.state.exports = ExportSlots(settings.max_exports, settings.retry_after_s)
         app.state.kafka = KafkaPublisher(settings)
         app.state.live_hub = ReadingsHub(settings.kafka_bootstrap, settings.readings_topic)
         app.state.live_ingested = IngestWatch(
@@ -30,6 +37,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
         app.state.live_ingested.close()
         app.state.kafka.close()
         app.state.clickhouse.close()
+        app.state.health.close()
 
     app = FastAPI(
         title="jobscope",
@@ -47,5 +55,6 @@ def create_app(settings: ApiSettings) -> FastAPI:
     app.include_router(live.router)
     app.include_router(devices.router)
     app.include_router(kwollect.router)
+    app.include_router(dashboard.router)
     app.include_router(health.router)
     return app

@@ -35,7 +35,7 @@ SYSTEMS: dict[str, Callable[[Path], System]] = {
 ONLY_STEPS = ("freshness", "api", "drain")  # jobscope's extra measurements (--only)
 # Producers' polling benchmarks (bench/polling/<step>.py), after the storage part; with --only
 # naming nothing else, the storage part (data set, systems' load) is skipped.
-POLLING_STEPS = ("snmp", "ipmi", "ondemand", "prometheus", "wattmeter", "live")
+POLLING_STEPS = ("snmp", "ipmi", "ondemand", "prometheus", "wattmeter", "live", "abuse")
 log = logging.getLogger("bench")
 
 

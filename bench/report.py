@@ -341,6 +341,44 @@ def live_rows(results: dict[str, Any]) -> list[str]:
     return rows
 
 
+def abuse_rows(results: dict[str, Any]) -> list[str]:
+    """The API and ingestion under SQL abuse (bench/polling/abuse.py)."""
+    if "api_p99_under_sql_abuse_s" not in results:
+        return []
+    abuse = results["abuse"]
+    goals = abuse["goals"]
+
+    def verdict(key: str) -> str:
+        value = results[key]
+        met = value is not None and value <= goals[key]
+        return f"goal <= {goals[key]:g}: " + ("met" if met else "MISSED")
+
+    def outcomes(phase: dict[str, Any]) -> str:
+        return ", ".join(f"{kind}: {n:,}" for kind, n in sorted(phase["outcomes"].items()))
+
+    small = abuse["small_query"]
+    return [
+        f"| SQL abuse: small job query ({small['devices']} devices x {small['seconds']} s, "
+        f"{small['readings']:,} readings) p99, s, alone; with {abuse['abuser_threads']} heavy "
+        "reader queries | "
+        f"{_fmt(results['api_p99_no_abuse_s'], '{:.3f}')}; "
+        f"{_fmt(results['api_p99_under_sql_abuse_s'], '{:.3f}')}, "
+        f"{verdict('api_p99_under_sql_abuse_s')} "
+        f"(answers: {outcomes(abuse['sql_abuse']['api'])}) |",
+        "| SQL abuse: freshness p99, s, alone; under abuse | "
+        f"{_fmt(results['freshness_p99_no_abuse_s'], '{:.3f}')}; "
+        f"{_fmt(results['freshness_p99_under_sql_abuse_s'], '{:.3f}')}, "
+        f"{verdict('freshness_p99_under_sql_abuse_s')} |",
+        f"| SQL abuse: small job queries per s with {abuse['clients']} clients (p99, s) | "
+        f"{_fmt(results['api_small_queries_per_s'], '{:,.1f}')} "
+        f"({_fmt(results['api_small_queries_p99_s'], '{:.3f}')}; "
+        f"answers: {outcomes(abuse['throughput'])}) |",
+        "| SQL abuse: what the abusive reader got | "
+        f"{outcomes(abuse['abusers'])}; {abuse['abusers']['still_running']} still running "
+        "after KILL |",
+    ]
+
+
 def polling_markdown(results: dict[str, Any]) -> str:
     """The polling benchmarks (bench/polling/): collectors' efficiency on real devices."""
     lines = ["| polling (real devices) | value |", "|---|---|"]
@@ -409,6 +447,7 @@ def polling_markdown(results: dict[str, Any]) -> str:
             + " |"
         )
     lines += live_rows(results)
+    lines += abuse_rows(results)
     for step in results.get("polling_not_available", []):
         lines.append(f"| {step} | not available |")
     if snmp is not None:

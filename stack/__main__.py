@@ -1,4 +1,4 @@
-"""`python -m stack up|down|status`: the embedded default on one machine."""
+"""`python -m stack up|down|status|superset`: the embedded default on one machine."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 
-from stack import services
+from stack import services, superset
 from stack.config import StackSettings
 
 
@@ -43,11 +43,14 @@ def status(settings: StackSettings) -> bool:
         "simulators": "snmpsim 127.0.0.1:11161, snmpd (v3) :11162, ipmi_sim :9001 (udp); "
         "node_exporter :11100, wattmetres :12001-12002 (tcp)",
         "api": f"{settings.api_url} (REST; /docs, /health)",
+        "superset": f"{superset.SupersetSettings().url} (dashboards, SQL Lab; make superset)",
     }
     all_running = True
     names = list(reversed(services.STOP_ORDER))
     if settings.simulators or services.process(settings, "simulators").is_running():
         names.insert(names.index("producers"), "simulators")  # an extra process of the stack
+    if superset.process(settings).is_running():
+        names.append("superset")
     for name in names:
         proc = services.process(settings, name)
         pid = proc.pid()
@@ -59,7 +62,7 @@ def status(settings: StackSettings) -> bool:
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m stack", description=__doc__)
-    parser.add_argument("command", choices=("up", "down", "status"))
+    parser.add_argument("command", choices=("up", "down", "status", "superset"))
     command = parser.parse_args().command
     settings = StackSettings()
     if command == "up":
@@ -67,6 +70,12 @@ def main() -> int:
             up(settings)
         except Exception as exc:
             print(f"\nmake up failed: {exc}\nLogs are in {settings.log_dir}", file=sys.stderr)
+            return 1
+    elif command == "superset":
+        try:
+            superset.up(settings)
+        except Exception as exc:
+            print(f"\nmake superset failed: {exc}", file=sys.stderr)
             return 1
     elif command == "down":
         stopped = services.stop_all(settings)

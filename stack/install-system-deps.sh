@@ -6,6 +6,7 @@
 #   freeipmi-tools       ipmi-sensors, which the IPMI plugin runs (as Kwollect does)
 #   prometheus-node-exporter  a real Prometheus exporter (stack/simulators/node_exporter.py)
 #   python3-venv/-gdbm   the separate venv of snmpsim (stack/simulators/snmpsim.py)
+#   chromium, chromium-driver  headless browser of the Superset dashboard test (tests/superset/)
 set -eu
 
 need=""
@@ -19,6 +20,8 @@ have ipmitool || need="$need ipmitool"
 [ -x /usr/sbin/ipmi-sensors ] || have ipmi-sensors || need="$need freeipmi-tools"
 [ -x /usr/bin/prometheus-node-exporter ] || need="$need prometheus-node-exporter"
 /usr/bin/python3 -c 'import dbm.gnu, venv, ensurepip' 2>/dev/null || need="$need python3-venv python3-gdbm"
+have chromium || need="$need chromium"
+have chromedriver || need="$need chromium-driver"
 
 [ -z "$need" ] && exit 0
 SUDO=""

@@ -12,14 +12,20 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from api import ondemand
 from api.auth import Principal, Role, principal
-from api.deps import ClickHouseDep
+from api.deps import ClickHouseDep, ExportsDep, SettingsDep
 from api.errors import Conflict, Forbidden
 from api.jobs import get_job, merged, write_job
 from api.params import parse_devices, parse_time
 from api.queries.catalog import catalog_query
 from api.queries.jobs import JobFilter, jobs_query
 from api.queries.summary import summarise
-from api.routes.metrics import READINGS_RESPONSES, AskedDep, ReadingsQueryDep, respond
+from api.routes.metrics import (
+    READINGS_RESPONSES,
+    AskedDep,
+    ReadingsQueryDep,
+    check_devices,
+    respond,
+)
 from api.schemas import (
     CatalogEntry,
     ErrorBody,
@@ -183,6 +189,8 @@ def read_job(clickhouse: ClickHouseDep, job_id: JobId) -> Job:
 )
 def get_job_metrics(
     clickhouse: ClickHouseDep,
+    settings: SettingsDep,
+    exports: ExportsDep,
     query: ReadingsQueryDep,
     job_id: JobId,
     devices: Annotated[
@@ -194,8 +202,9 @@ def get_job_metrics(
     own id and summed under the node's), over [start, end] of the job (end = now while it
     runs). start_time and end_time narrow that span, never widen it."""
     asked = replace(query.asked, devices=parse_devices("devices", devices))
+    check_devices("devices", asked.devices, settings)
     selection = job_selection(get_job(clickhouse, job_id), asked)
-    return respond(clickhouse, query, selection, f"job-{job_id}")
+    return respond(clickhouse, settings, exports, query, selection, f"job-{job_id}")
 
 
 @router.get(

@@ -11,14 +11,14 @@ from typing import Annotated
 import orjson
 from fastapi import APIRouter, Query
 
-from api.deps import ClickHouseDep
+from api.deps import ClickHouseDep, SettingsDep
 from api.errors import ParameterError
 from api.jobs import get_job
 from api.params import TIME_HELP, device_name, parse_time
 from api.queries.catalog import catalog_query
 from api.queries.devices import recent_metrics_query
 from api.queries.metrics import Selection
-from api.routes.metrics import READINGS_RESPONSES, get_metrics
+from api.routes.metrics import READINGS_RESPONSES, check_devices, get_metrics
 from api.schemas import AvailableMetric, ErrorBody, Reading
 from api.scope import job_span, now, with_aliases
 
@@ -46,6 +46,7 @@ AVAILABLE_WINDOW = timedelta(minutes=1)
 )
 def available_metrics(
     clickhouse: ClickHouseDep,
+    settings: SettingsDep,
     at: Annotated[str | None, Query(description=f"{TIME_HELP}; default now")] = None,
     params: Annotated[
         str | None,
@@ -76,6 +77,7 @@ def available_metrics(
         if not isinstance(given["devices"], list):
             raise ParameterError("params", "devices should be a JSON array")
         devices = [device_name(str(d)) for d in given["devices"]]
+        check_devices("params", tuple(devices), settings)
     if devices is None:
         # Every device: from the latest values, which know only the present.
         if until < now() - AVAILABLE_WINDOW:

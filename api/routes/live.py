@@ -13,6 +13,7 @@ from api.live.sse import MEDIA_TYPE, EventStreamResponse
 from api.live.stream import JobStream, LiveRequest
 from api.params import TIME_HELP, parse_devices, parse_labels, parse_patterns, parse_time
 from api.routes.jobs import JobId
+from api.routes.metrics import check_devices, check_metrics
 from api.scope import Asked
 
 router = APIRouter(prefix="/api/jobs", tags=["jobs"])
@@ -71,11 +72,17 @@ async def get_job_live(
     )
     app = request.app.state
     settings = app.settings
-    clickhouse = app.clickhouse.get()
+    check_devices("devices", asked.devices, settings)
+    check_metrics(asked.metrics.exact + asked.metrics.like, settings)
+    clickhouse = await asyncio.to_thread(app.clickhouse.get)  # may connect: off the event loop
     job = await asyncio.to_thread(get_job, clickhouse, job_id)
     hub = app.live_hub
     if hub.subscribers >= settings.live_max_clients:
-        raise Busy(f"{settings.live_max_clients} live streams are open: try again later")
+        raise Busy(
+            f"{settings.live_max_clients} live streams are open (JOBSCOPE_LIVE_MAX_CLIENTS): "
+            "try again later",
+            settings.retry_after_s,
+        )
     stream = JobStream(LiveRequest(job_id, asked), clickhouse, hub, app.live_ingested, settings)
     sub = await stream.open(job)
     return EventStreamResponse(

@@ -11,8 +11,9 @@ from clickhouse_connect.driver.client import Client
 from fastapi import APIRouter, Depends, Header, Query
 from fastapi.responses import StreamingResponse
 
-from api import formats
-from api.deps import ClickHouseDep, SettingsDep
+from api import formats, limits
+from api.config import ApiSettings
+from api.deps import ClickHouseDep, ExportsDep, SettingsDep
 from api.errors import ParameterError
 from api.jobs import get_job
 from api.params import (
@@ -45,6 +46,7 @@ class ReadingsQuery:
 
 
 def asked_params(
+    settings: SettingsDep,
     metrics: Annotated[
         str | None,
         Query(
@@ -70,9 +72,11 @@ def asked_params(
     start, end = parse_time("start_time", start_time), parse_time("end_time", end_time)
     if start is not None and end is not None and start > end:
         raise ParameterError("start_time", "must not be after end_time")
+    patterns = parse_patterns("metrics", metrics)
+    check_metrics(patterns.exact + patterns.like, settings)
     return Asked(
         devices=(),
-        metrics=parse_patterns("metrics", metrics),
+        metrics=patterns,
         labels=parse_labels(label),
         start=start,
         end=end,
@@ -80,6 +84,18 @@ def asked_params(
 
 
 AskedDep = Annotated[Asked, Depends(asked_params)]
+
+
+def check_metrics(names: tuple[str, ...], settings: ApiSettings) -> None:
+    limits.check_count(
+        "metrics", names, settings.max_metrics, "JOBSCOPE_MAX_METRICS", "use globs (bmc_*)"
+    )
+
+
+def check_devices(parameter: str, names: tuple[str, ...], settings: ApiSettings) -> None:
+    limits.check_count(
+        parameter, names, settings.max_devices, "JOBSCOPE_MAX_DEVICES", "split the request"
+    )
 
 
 def readings_query(
@@ -103,7 +119,10 @@ def readings_query(
     ] = False,
     format: Annotated[
         str | None,
-        Query(description="json (Kwollect's array), ndjson, csv, parquet or arrow; else Accept"),
+        Query(
+            description="json (Kwollect's array), ndjson, csv, parquet or arrow; else Accept",
+            json_schema_extra={"enum": list(formats.FORMATS)},
+        ),
     ] = None,
     accept: Annotated[str | None, Header(include_in_schema=False)] = None,
 ) -> ReadingsQuery:
@@ -120,18 +139,46 @@ _NOTHING = Selection((), datetime(2000, 1, 1), datetime(2000, 1, 1))
 
 
 def respond(
-    clickhouse: Client, query: ReadingsQuery, selection: Selection | None, filename: str
+    clickhouse: Client,
+    settings: ApiSettings,
+    exports: limits.ExportSlots,
+    query: ReadingsQuery,
+    selection: Selection | None,
+    filename: str,
 ) -> StreamingResponse:
-    """Stream the readings of `selection` (none: an empty result in the chosen format)."""
-    params: dict[str, Any] = {}
-    selection = with_aliases(clickhouse, selection) or _NOTHING
-    if query.step_s is not None:
-        rows = stepped_rows(selection, query.step_s, query.agg, params)
-    else:
-        rows = scope_rows(selection, params)
-        if query.as_rate:
-            rows = as_rate(rows)
-    return formats.stream(clickhouse, rows, params, query.fmt, filename)
+    """Stream the readings of `selection` (none: an empty result in the chosen format),
+    within the limits: the size of a JSON answer, the answers streaming at once."""
+    release = exports.acquire()
+    try:
+        params: dict[str, Any] = {}
+        selection = with_aliases(clickhouse, selection) or _NOTHING
+        if query.step_s is not None:
+            rows = stepped_rows(selection, query.step_s, query.agg, params)
+        else:
+            rows = scope_rows(selection, params)
+            if query.as_rate:
+                rows = as_rate(rows)
+        span = selection.start, selection.end
+        if limits.json_span_over(query.fmt.name, *span, query.step_s, settings.json_max_span_s):
+            _check_json_readings(clickhouse, rows, params, settings)
+    except BaseException:
+        release()
+        raise
+    send_timeout_s = settings.export_send_timeout_s
+    return formats.stream(clickhouse, rows, params, query.fmt, filename, send_timeout_s, release)
+
+
+def _check_json_readings(
+    clickhouse: Client, rows: str, params: dict[str, Any], settings: ApiSettings
+) -> None:
+    """Refuse a JSON answer of more than `json_max_readings` (counting stops past it)."""
+    most = settings.json_max_readings
+    counted = clickhouse.command(
+        f"SELECT count() FROM (SELECT 1 FROM ({rows}) LIMIT {{json_most:UInt64}})",
+        parameters={**params, "json_most": most + 1},
+    )
+    if int(counted) > most:  # type: ignore[arg-type]
+        raise limits.json_refused(settings.json_max_span_s, most)
 
 
 READINGS_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -142,6 +189,7 @@ READINGS_RESPONSES: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorBody},
     404: {"model": ErrorBody},
     406: {"model": ErrorBody},
+    503: {"model": ErrorBody, "description": "ClickHouse down, or too many answers streaming"},
 }
 
 
@@ -155,6 +203,7 @@ READINGS_RESPONSES: dict[int | str, dict[str, Any]] = {
 def get_metrics(
     clickhouse: ClickHouseDep,
     settings: SettingsDep,
+    exports: ExportsDep,
     query: ReadingsQueryDep,
     job_id: Annotated[
         str | None,
@@ -172,10 +221,12 @@ def get_metrics(
     offset are UTC."""
     named = parse_devices("nodes", nodes) + parse_devices("devices", devices)
     asked = replace(query.asked, devices=tuple(dict.fromkeys(named)))
+    check_devices("devices" if devices else "nodes", asked.devices, settings)
     if job_id is not None:
         selection = job_selection(get_job(clickhouse, job_id), asked)
-        return respond(clickhouse, query, selection, f"job-{job_id}")
+        return respond(clickhouse, settings, exports, query, selection, f"job-{job_id}")
     if not asked.devices:
         raise ParameterError("devices", "give devices, nodes or job_id")
     window = timedelta(seconds=settings.default_window_s)
-    return respond(clickhouse, query, device_selection(asked, window), "metrics")
+    selection = device_selection(asked, window)
+    return respond(clickhouse, settings, exports, query, selection, "metrics")

@@ -76,8 +76,12 @@ def test_reader_never_sees_a_reading_twice(admin_client: Client, reader_client: 
     recent = (datetime.now(UTC) - timedelta(hours=1)).replace(tzinfo=None)  # inside the TTL
     row = [recent, device, "m", 7.5, {}]
     columns = ["timestamp", "device_id", "metric_id", "value", "labels"]
-    admin_client.insert("metrics", [row], column_names=columns)
-    admin_client.insert("metrics", [row], column_names=columns)  # a second part, not merged
-    query = "SELECT count() FROM metrics WHERE device_id = {d:String}"
-    assert admin_client.query(query, parameters={"d": device}).result_rows == [(2,)]
-    assert reader_client.query(query, parameters={"d": device}).result_rows == [(1,)]
+    admin_client.command("SYSTEM STOP MERGES metrics")  # a merge would remove the copy
+    try:
+        admin_client.insert("metrics", [row], column_names=columns)
+        admin_client.insert("metrics", [row], column_names=columns)  # a second part
+        query = "SELECT count() FROM metrics WHERE device_id = {d:String}"
+        assert admin_client.query(query, parameters={"d": device}).result_rows == [(2,)]
+        assert reader_client.query(query, parameters={"d": device}).result_rows == [(1,)]
+    finally:
+        admin_client.command("SYSTEM START MERGES metrics")

@@ -416,7 +416,11 @@ def test_a_session_runs_one_query_at_a_time(http: httpx.Client) -> None:
     ClickHouse does; once the first one is over, the session takes queries again."""
     session = {"session_id": f"s-{uuid.uuid4().hex}"}
     slow = threading.Thread(
-        target=lambda: http.post("/", params=session, content="SELECT sleep(2) FORMAT Null"),
+        target=lambda: http.post(
+            "/",
+            params={**session, "max_block_size": "1"},
+            content="SELECT sleepEachRow(0.5) FROM numbers(12) FORMAT Null",
+        ),
     )
     slow.start()
     try:
@@ -427,9 +431,9 @@ def test_a_session_runs_one_query_at_a_time(http: httpx.Client) -> None:
                 "X-ClickHouse-Exception-Code", ""
             )
 
-        wait_until(refused, 2, "a concurrent query of the session to be refused", interval=0.05)
+        wait_until(refused, 5, "a concurrent query of the session to be refused", interval=0.05)
     finally:
-        slow.join(10)
+        slow.join(20)
     assert http.post("/", params=session, content="SELECT 1").text == "1\n"
 
 

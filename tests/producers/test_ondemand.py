@@ -92,7 +92,8 @@ def test_activation_through_the_api_reaches_the_producers(
             lambda: _count(reader_client, pdu, "pdu_power_watt", since) >= 10, 30, "fast pdu"
         )
         fast = _stamps(reader_client, pdu, "pdu_power_watt", since)[-5:]
-        assert _gaps_ms(fast) == {200}
+        mean_ms = (fast[-1] - fast[0]) / 4 / 1000
+        assert 180 <= mean_ms <= 220 and max(_gaps_ms(fast)) < 500, fast  # not its 1 s period
         assert _count(reader_client, outsider, "opt_value") == 0  # not a node of the job
 
         # a restarted producer recovers the active set from the compacted topic

@@ -1,0 +1,77 @@
+"""Bounds on what one request may ask (devices, metrics, the size of a JSON answer) and on
+how many readings answers stream at once, each refusal naming the setting behind it.
+
+A JSON answer is one array the client must hold whole (the other formats are read as they
+come): one spanning more than `json_max_span_s` is counted first, stopping at
+`json_max_readings`, and refused (400, pointing to the streamed formats) past it."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sized
+from datetime import datetime
+
+from api.errors import Busy, ParameterError
+
+STREAMED = "format=ndjson, csv, parquet or arrow (streamed as they are read)"
+
+
+def check_count(parameter: str, names: Sized, limit: int, setting: str, hint: str) -> None:
+    """At most `limit` names in `parameter` (400 naming it otherwise)."""
+    if len(names) > limit:
+        raise ParameterError(
+            parameter, f"{len(names)} given, at most {limit} per request ({setting}): {hint}"
+        )
+
+
+def json_span_over(
+    fmt: str, start: datetime, end: datetime, step_s: int | None, limit_s: int
+) -> bool:
+    """Whether a JSON answer spans more than `limit_s` of raw readings, or more than `limit_s`
+    buckets per series with a step (then its readings are counted before it is sent)."""
+    if fmt != "json":
+        return False
+    span_s = (end - start).total_seconds()
+    return span_s > limit_s if step_s is None else span_s / step_s > limit_s
+
+
+def json_refused(limit_s: int, max_readings: int) -> ParameterError:
+    return ParameterError(
+        "format",
+        f"a JSON answer over more than {limit_s} s of readings (or buckets; "
+        f"JOBSCOPE_JSON_MAX_SPAN_S) holds at most {max_readings} readings "
+        f"(JOBSCOPE_JSON_MAX_READINGS), and this one holds more: ask {STREAMED}, a step, "
+        "or a shorter time range",
+    )
+
+
+class ExportSlots:
+    """At most `limit` readings answers at once: each holds a ClickHouse query while it
+    streams, so past the limit a request is refused at once (503, Retry-After) rather than
+    queued behind the others."""
+
+    def __init__(self, limit: int, retry_after_s: int) -> None:
+        self.limit = limit
+        self.retry_after_s = retry_after_s
+        self.in_use = 0
+        self._lock = threading.Lock()
+
+    def acquire(self) -> Callable[[], None]:
+        """Take a slot (Busy when none is free); return its release, which may run twice."""
+        with self._lock:
+            if self.in_use >= self.limit:
+                raise Busy(
+                    f"{self.limit} readings answers are streaming (JOBSCOPE_MAX_EXPORTS): "
+                    f"try again in {self.retry_after_s} s",
+                    self.retry_after_s,
+                )
+            self.in_use += 1
+        released = threading.Event()
+
+        def release() -> None:
+            with self._lock:
+                if not released.is_set():
+                    released.set()
+                    self.in_use -= 1
+
+        return release

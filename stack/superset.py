@@ -1,0 +1,284 @@
+"""Superset in front of the stack's ClickHouse (`make superset`, `python -m stack superset`).
+
+Superset runs from its own virtual environment (.venv-superset/, pinned by
+superset/requirements.txt, installed by the Makefile), never the server's. Starting it:
+initialise the metadata database once per Superset version (migrations, the `admin` user,
+roles), set the admin password from state/secrets.env, import the dashboards bundle
+(superset/bundle/, fixed UUIDs; superset/import_assets.py overwrites by UUID) with the
+ClickHouse connection of this stack, then serve with gunicorn on loopback. `make down`
+stops it with the rest (its PID file is in state/pids like every other process).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import urllib.error
+import urllib.request
+import zipfile
+from pathlib import Path
+
+import yaml
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from stack import secrets
+from stack.config import REPO_ROOT, StackSettings
+from stack.processes import ManagedProcess, wait_until
+
+SUPERSET_DIR = REPO_ROOT / "superset"
+BUNDLE_DIR = SUPERSET_DIR / "bundle"
+DATABASE_FILE = "databases/jobscope_clickhouse.yaml"
+JOB_DASHBOARD_SLUG = "jobscope-job"
+
+
+class SupersetSettings(BaseSettings):
+    """Every value can be set by an environment variable `JOBSCOPE_SUPERSET_<NAME>`."""
+
+    model_config = SettingsConfigDict(env_prefix="JOBSCOPE_SUPERSET_", extra="ignore")
+
+    host: str = Field("127.0.0.1", description="Superset binds to this address")
+    port: int = 8088
+    venv: Path = Field(REPO_ROOT / ".venv-superset", description="Superset's own venv")
+    database_url: str = Field(
+        "", description="Superset's metadata database; empty: SQLite in the state directory"
+    )
+    admin_user: str = "admin"
+    # workers x threads = requests served at once, each running at most one ClickHouse query:
+    # 4, what the server lets one SQL user run at once (more would fail with code 202).
+    workers: int = Field(2, ge=1, description="gunicorn worker processes")
+    threads: int = Field(2, ge=1, description="threads per worker")
+    clickhouse_user: str = Field("superset", description="Superset's read-only ClickHouse user")
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def bin(self, name: str) -> Path:
+        return self.venv / "bin" / name
+
+
+def home(stack: StackSettings) -> Path:
+    """Superset's files in the state directory (SQLite metadata, bundle, uploads)."""
+    return stack.state_dir / "superset"
+
+
+def process(stack: StackSettings) -> ManagedProcess:
+    return ManagedProcess("superset", stack.pid_dir, stack.log_dir)
+
+
+def superset_env(stack: StackSettings, settings: SupersetSettings) -> dict[str, str]:
+    """The environment of every Superset command (read by superset/superset_config.py)."""
+    values = secrets.load_or_create(stack.state_dir)
+    metadata = settings.database_url or f"sqlite:///{home(stack) / 'superset.db'}"
+    return {
+        "SUPERSET_CONFIG_PATH": str(SUPERSET_DIR / "superset_config.py"),
+        "SUPERSET_HOME": str(home(stack)),
+        "JOBSCOPE_SUPERSET_DATABASE_URL": metadata,
+        "JOBSCOPE_SUPERSET_SECRET_KEY": values["JOBSCOPE_SUPERSET_SECRET_KEY"],
+        "JOBSCOPE_CLICKHOUSE_SUPERSET_USER": settings.clickhouse_user,
+        "JOBSCOPE_CLICKHOUSE_SUPERSET_PASSWORD": values["JOBSCOPE_CLICKHOUSE_SUPERSET_PASSWORD"],
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def admin_password(stack: StackSettings) -> str:
+    return secrets.load_or_create(stack.state_dir)["JOBSCOPE_SUPERSET_ADMIN_PASSWORD"]
+
+
+def check_installed(settings: SupersetSettings) -> None:
+    """Fail with what to run when Superset's venv is missing."""
+    if not settings.bin("superset").exists():
+        raise RuntimeError(
+            f"Superset is not installed in {settings.venv}: run `make superset-venv` "
+            "(or `make superset`, which installs it)"
+        )
+
+
+def _run(
+    stack: StackSettings, settings: SupersetSettings, *args: str, program: str = "superset"
+) -> str:
+    """Run a command of Superset's venv (`superset` by default); its output goes to the
+    log, a failure raises with it."""
+    result = subprocess.run(
+        [str(settings.bin(program)), *args],
+        env={**os.environ, **superset_env(stack, settings)},
+        cwd=home(stack),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    log_file = stack.log_dir / "superset-setup.log"
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with log_file.open("a") as log:
+        shown = [
+            "***" if prev == "--password" else a for prev, a in zip(("", *args), args, strict=False)
+        ]
+        log.write(f"$ {program} {' '.join(shown)}\n")
+        log.write(result.stdout + result.stderr)
+    if result.returncode != 0:
+        raise RuntimeError(
+            f"`{program} {args[0]}` failed (exit {result.returncode}); see {log_file}:\n"
+            + (result.stderr or result.stdout)[-2000:]
+        )
+    return result.stdout
+
+
+def _version(settings: SupersetSettings) -> str:
+    stamp = sorted(settings.venv.glob(".installed-*"))
+    return stamp[-1].name if stamp else "unknown"
+
+
+def initialise(stack: StackSettings, settings: SupersetSettings) -> None:
+    """Migrations and roles once per installed Superset version; the admin user created the
+    first time, its password set again on later starts (the environment may override it)."""
+    home(stack).mkdir(parents=True, exist_ok=True)
+    done = home(stack) / f".initialised-{_version(settings)}"
+    earlier = list(home(stack).glob(".initialised-*"))
+    password = ("--password", admin_password(stack))
+    if not done.exists():
+        _run(stack, settings, "db", "upgrade")
+    if not earlier:
+        _run(
+            stack,
+            settings,
+            "fab",
+            "create-admin",
+            "--username",
+            settings.admin_user,
+            "--firstname",
+            "jobscope",
+            "--lastname",
+            "admin",
+            "--email",
+            "admin@localhost",
+            *password,
+        )
+    else:
+        _run(stack, settings, "fab", "reset-password", "--username", settings.admin_user, *password)
+    if not done.exists():
+        _run(stack, settings, "init")
+        for old in earlier:
+            old.unlink()
+        done.touch()
+
+
+def clickhouse_uri(stack: StackSettings, settings: SupersetSettings) -> str:
+    """The bundle's connection, without its password (superset_config.py supplies it)."""
+    return f"clickhousedb://{settings.clickhouse_user}@{stack.host}:{stack.clickhouse_port}/default"
+
+
+def build_bundle(stack: StackSettings, settings: SupersetSettings) -> bytes:
+    """superset/bundle/ as the ZIP Superset's importers take, with this stack's
+    ClickHouse address in the database file."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as bundle:
+        for path in sorted(BUNDLE_DIR.rglob("*.yaml")):
+            relative = path.relative_to(BUNDLE_DIR).as_posix()
+            text = path.read_text()
+            if relative == DATABASE_FILE:
+                database = yaml.safe_load(text)
+                database["sqlalchemy_uri"] = clickhouse_uri(stack, settings)
+                text = yaml.safe_dump(database, sort_keys=False)
+            bundle.writestr(f"jobscope/{relative}", text)
+    return buffer.getvalue()
+
+
+def import_bundle(stack: StackSettings, settings: SupersetSettings) -> Path:
+    """Import the bundle (the database, datasets, charts, dashboards), overwriting by UUID."""
+    path = home(stack) / "bundle.zip"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(build_bundle(stack, settings))
+    importer = str(SUPERSET_DIR / "import_assets.py")
+    _run(stack, settings, importer, str(path), settings.admin_user, program="python")
+    return path
+
+
+def _healthy(url: str) -> bool:
+    with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
+        return response.status == 200
+
+
+def serve(stack: StackSettings, settings: SupersetSettings, timeout: float = 120.0) -> None:
+    proc = process(stack)
+    proc.start(
+        [
+            str(settings.bin("gunicorn")),
+            "-w",
+            str(settings.workers),
+            "-k",
+            "gthread",
+            "--threads",
+            str(settings.threads),
+            "--timeout",
+            "120",
+            "-b",
+            f"{settings.host}:{settings.port}",
+            "superset.app:create_app()",
+        ],
+        env=superset_env(stack, settings),
+        cwd=home(stack),
+        ports=[(settings.host, settings.port)],
+    )
+    wait_until(
+        lambda: _healthy(settings.url) or not proc.is_running(),
+        timeout,
+        f"Superset on {settings.url}",
+        0.5,
+    )
+    if not proc.is_running():
+        raise RuntimeError(f"Superset did not start: see {proc.log_file}")
+
+
+def start(stack: StackSettings, settings: SupersetSettings) -> None:
+    """Initialise, import and serve; when already serving, import again (cheap, idempotent)."""
+    check_installed(settings)
+    initialise(stack, settings)
+    import_bundle(stack, settings)
+    serve(stack, settings)
+
+
+def stop(stack: StackSettings) -> None:
+    process(stack).stop()
+
+
+def check_clickhouse(stack: StackSettings, settings: SupersetSettings) -> None:
+    """Superset reads the running stack: its ClickHouse must answer as Superset's user."""
+    request = urllib.request.Request(
+        f"{stack.clickhouse_url}/?query=SELECT%201",
+        headers={
+            "X-ClickHouse-User": settings.clickhouse_user,
+            "X-ClickHouse-Key": secrets.load_or_create(stack.state_dir)[
+                "JOBSCOPE_CLICKHOUSE_SUPERSET_PASSWORD"
+            ],
+        },
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            response.read()
+    except urllib.error.HTTPError as exc:
+        raise RuntimeError(
+            f"ClickHouse at {stack.clickhouse_url} refuses the user {settings.clickhouse_user} "
+            f"({exc.code}): a stack started by an older release lacks it; restart it "
+            "(make down && make up)"
+        ) from exc
+    except OSError as exc:
+        raise RuntimeError(
+            f"no ClickHouse at {stack.clickhouse_url} ({exc}): start the stack first (make up)"
+        ) from exc
+
+
+def up(stack: StackSettings) -> None:
+    """`make superset`: serve Superset against the running stack and say where."""
+    settings = SupersetSettings()
+    check_installed(settings)
+    check_clickhouse(stack, settings)
+    start(stack, settings)
+    print(
+        f"Superset: {settings.url}/superset/dashboard/{JOB_DASHBOARD_SLUG}/ (Job), "
+        f"{settings.url}/superset/dashboard/jobscope-devices/ (Devices), "
+        f"{settings.url}/sqllab/ (SQL Lab)\n"
+        f"User {settings.admin_user}, password JOBSCOPE_SUPERSET_ADMIN_PASSWORD in "
+        f"{stack.state_dir / 'secrets.env'}\nLogs: {process(stack).log_file}    Stop: make down"
+    )
