@@ -4,14 +4,13 @@ one that goes away is noticed at once (not at the next event)."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 from typing import Any
 
 import orjson
-from fastapi.responses import StreamingResponse
-from starlette.types import Message, Receive, Scope, Send
+
+from api.streaming import GuardedStreamingResponse
 
 log = logging.getLogger("jobscope.api.live")
 KEEPALIVE = b": keepalive\n\n"
@@ -28,7 +27,7 @@ def json_lines_event(name: str, lines: list[bytes]) -> bytes:
     return b"event: " + name.encode() + b"\ndata: [" + b",".join(lines) + b"]\n\n"
 
 
-class EventStreamResponse(StreamingResponse):
+class EventStreamResponse(GuardedStreamingResponse):
     media_type = MEDIA_TYPE
 
     def __init__(
@@ -43,38 +42,12 @@ class EventStreamResponse(StreamingResponse):
         self.description = description
         self.closed = closed
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        streaming = asyncio.create_task(self._stream(send))
-        listening = asyncio.create_task(self._disconnected(receive))
-        try:
-            await asyncio.wait({streaming, listening}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (streaming, listening):
-                task.cancel()
-            await asyncio.gather(streaming, listening, return_exceptions=True)
-            self.closed()
+    def timed_out(self) -> None:
+        log.warning(
+            "live: %s: the client took nothing for %.0f s: disconnected",
+            self.description,
+            self.send_timeout_s,
+        )
 
-    async def _stream(self, send: Send) -> None:
-        async def timed(message: Message) -> None:
-            await asyncio.wait_for(send(message), self.send_timeout_s)
-
-        try:
-            await timed({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-            async for chunk in self.body_iterator:
-                await timed({"type": "http.response.body", "body": chunk, "more_body": True})
-            await timed({"type": "http.response.body", "body": b"", "more_body": False})
-        except TimeoutError:
-            log.warning(
-                "live: %s: the client took nothing for %.0f s: disconnected",
-                self.description,
-                self.send_timeout_s,
-            )
-        except OSError:  # the client went away
-            pass
-        finally:
-            await self.body_iterator.aclose()  # type: ignore[attr-defined]
-
-    @staticmethod
-    async def _disconnected(receive: Receive) -> None:
-        while (await receive())["type"] != "http.disconnect":
-            pass
+    async def finish(self) -> None:
+        await self.body_iterator.aclose()  # type: ignore[attr-defined]
