@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 import httpx
 import pytest
 from clickhouse_connect.driver.client import Client
+
+from jobscope.client import Client as ApiClient
+from stack.processes import wait_until
 
 COLUMNS = ["timestamp", "device_id", "metric_id", "value", "labels"]
 Row = list[Any]
@@ -56,3 +61,40 @@ def wait_for_job(api_url: str, job_id: str, timeout: float = 20.0, **expected: A
 def iso(t: datetime) -> str:
     """Kwollect's timestamp of a naive UTC datetime."""
     return t.strftime("%Y-%m-%dT%H:%M:%S.%f+00:00")
+
+
+@dataclass
+class Listener:
+    """A client of the live stream in a thread, keeping every event it receives."""
+
+    api_url: str
+    job_id: str
+    params: dict[str, Any] = field(default_factory=dict)
+    events: list[tuple[str, Any]] = field(default_factory=list)
+    failure: BaseException | None = None
+
+    def __post_init__(self) -> None:
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            with ApiClient(self.api_url) as client:
+                for item in client.live_events(self.job_id, **self.params):
+                    self.events.append(item)
+        except BaseException as exc:  # reported by the test through `wait`
+            self.failure = exc
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [row for name, data in list(self.events) if name == "readings" for row in data]
+
+    def names(self) -> list[str]:
+        return [name for name, _ in list(self.events)]
+
+    def wait(self, condition: Callable[[], bool], timeout: float, what: str) -> None:
+        def ok() -> bool:
+            if self.failure is not None:
+                raise AssertionError(f"the live stream failed: {self.failure!r}")
+            return condition()
+
+        wait_until(ok, timeout, what)

@@ -15,7 +15,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -24,12 +23,12 @@ import httpx
 import pytest
 from confluent_kafka import Producer
 
-from jobscope.client import Client
 from producers.message import pack_by_device
 from producers.reading import Reading
 from stack import services
 from stack.config import REPO_ROOT, StackSettings
 from stack.processes import ManagedProcess, free_port, wait_until
+from tests.api.conftest import Listener
 
 ALIAS = "_device_alias"
 
@@ -55,43 +54,6 @@ def publish(clickhouse: StackSettings) -> Iterator[Callable[[list[Reading]], Non
 
     yield send
     producer.flush(30)
-
-
-@dataclass
-class Listener:
-    """A client of the live stream in a thread, keeping every event it receives."""
-
-    api_url: str
-    job_id: str
-    params: dict[str, Any] = field(default_factory=dict)
-    events: list[tuple[str, Any]] = field(default_factory=list)
-    failure: BaseException | None = None
-
-    def __post_init__(self) -> None:
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        try:
-            with Client(self.api_url) as client:
-                for item in client.live_events(self.job_id, **self.params):
-                    self.events.append(item)
-        except BaseException as exc:  # reported by the test through `wait`
-            self.failure = exc
-
-    def rows(self) -> list[dict[str, Any]]:
-        return [row for name, data in list(self.events) if name == "readings" for row in data]
-
-    def names(self) -> list[str]:
-        return [name for name, _ in list(self.events)]
-
-    def wait(self, condition: Callable[[], bool], timeout: float, what: str) -> None:
-        def ok() -> bool:
-            if self.failure is not None:
-                raise AssertionError(f"the live stream failed: {self.failure!r}")
-            return condition()
-
-        wait_until(ok, timeout, what)
 
 
 def running_job(post_job: Callable[..., dict[str, Any]], prefix: str, nodes: list[str]) -> str:

@@ -9,10 +9,8 @@ engine resuming is test_faults.py's.
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -20,47 +18,18 @@ import httpx
 import pytest
 from clickhouse_connect.driver.client import Client as ClickHouse
 
-from jobscope.client import Client
 from stack import services
 from stack.config import StackSettings
 from stack.processes import wait_until
+from tests.api.conftest import Listener
 
 pytestmark = pytest.mark.slow
 
 METRIC = "restart_value"
 
 
-@dataclass
-class Listener:
-    """A client of a job's live stream in a thread, keeping every event it receives."""
-
-    api_url: str
-    job_id: str
-    events: list[tuple[str, Any]] = field(default_factory=list)
-    failure: BaseException | None = None
-
-    def __post_init__(self) -> None:
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        try:
-            with Client(self.api_url) as client:
-                for item in client.live_events(self.job_id, metrics=METRIC):
-                    self.events.append(item)
-        except BaseException as exc:  # reported by `wait`
-            self.failure = exc
-
-    def values(self) -> set[float]:
-        return {r["value"] for name, data in list(self.events) if name == "readings" for r in data}
-
-    def wait(self, condition: Any, timeout: float, what: str) -> None:
-        def ok() -> bool:
-            if self.failure is not None:
-                raise AssertionError(f"the live stream failed: {self.failure!r}")
-            return bool(condition())
-
-        wait_until(ok, timeout, what)
+def _values(listener: Listener) -> set[float]:
+    return {row["value"] for row in listener.rows()}
 
 
 def _health(api_url: str) -> tuple[int, dict[str, Any]]:
@@ -103,10 +72,14 @@ def test_api_survives_a_broker_restart(
         (accepted if r.status_code == 202 else refused).append(value)
         return r.status_code
 
-    listener = Listener(api_url, job_id)
+    listener = Listener(api_url, job_id, {"metrics": METRIC})
     listener.wait(lambda: "live" in [n for n, _ in listener.events], 30, "the stream to go live")
     assert push(1.0) == 202
-    listener.wait(lambda: 1.0 in listener.values(), 30, "a pushed reading on the live stream")
+    listener.wait(
+        lambda: 1.0 in _values(listener),
+        30,
+        "a pushed reading on the live stream",
+    )
 
     broker = services.process(clickhouse, "kafka")
     try:
@@ -129,11 +102,11 @@ def test_api_survives_a_broker_restart(
             services.start_kafka(clickhouse)
 
     listener.wait(
-        lambda: set(accepted) <= listener.values(),
+        lambda: set(accepted) <= _values(listener),
         60,
         "every accepted reading, also after the restart, on the stream opened before it",
     )
-    assert not set(refused) & listener.values(), "a refused push reached the live stream"
+    assert not set(refused) & _values(listener), "a refused push reached the live stream"
     where = "WHERE startsWith(device_id, {p:String}) AND metric_id = {m:String}"
     params = {"p": prefix, "m": METRIC}
     # The engine's consumers resumed 7-9 s after the broker was back in four runs, once
