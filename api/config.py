@@ -86,7 +86,13 @@ class ApiSettings(BaseSettings):
     json_max_readings: int = Field(
         1_000_000, gt=0, description="... and refused past this many readings (400)"
     )
-    max_exports: int = Field(8, gt=0, description="readings answers streaming at once; more: 503")
+    max_exports: int = Field(8, gt=0, description="readings answers streaming at once")
+    export_queue: int = Field(
+        64, ge=0, description="requests waiting for a free answer slot; more: 503 at once"
+    )
+    export_wait_s: float = Field(
+        10.0, ge=0, description="longest wait for a free answer slot; then 503"
+    )
     export_send_timeout_s: float = Field(
         60.0, gt=0, description="a client taking no bytes of an answer for this long is dropped"
     )
@@ -94,7 +100,9 @@ class ApiSettings(BaseSettings):
     query_timeout_s: float = Field(
         60.0, gt=0, description="ClickHouse silent this long on a query (or an export): 504"
     )
-    threads: int = Field(40, gt=0, description="worker threads of the blocking routes")
+    threads: int = Field(
+        100, gt=0, description="worker threads of the blocking routes (exports waiting included)"
+    )
     max_connections: int = Field(
         1000, gt=0, description="open connections and requests; more: 503 (uvicorn)"
     )

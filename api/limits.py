@@ -47,31 +47,48 @@ def json_refused(limit_s: int, max_readings: int) -> ParameterError:
 
 class ExportSlots:
     """At most `limit` readings answers at once: each holds a ClickHouse query while it
-    streams, so past the limit a request is refused at once (503, Retry-After) rather than
-    queued behind the others."""
+    streams. Past the limit a request waits for a slot, at most `wait_s` and behind at most
+    `queue` others (a burst of small answers is served in turn); beyond either it is refused
+    (503, Retry-After) rather than left hanging."""
 
-    def __init__(self, limit: int, retry_after_s: int) -> None:
+    def __init__(self, limit: int, queue: int, wait_s: float, retry_after_s: int) -> None:
         self.limit = limit
+        self.queue = queue
+        self.wait_s = wait_s
         self.retry_after_s = retry_after_s
         self.in_use = 0
-        self._lock = threading.Lock()
+        self.waiting = 0
+        self._free = threading.Condition()
 
     def acquire(self) -> Callable[[], None]:
-        """Take a slot (Busy when none is free); return its release, which may run twice."""
-        with self._lock:
+        """Take a slot (Busy when none frees in time); return its release, which may run
+        twice."""
+        with self._free:
             if self.in_use >= self.limit:
-                raise Busy(
-                    f"{self.limit} readings answers are streaming (JOBSCOPE_MAX_EXPORTS): "
-                    f"try again in {self.retry_after_s} s",
-                    self.retry_after_s,
-                )
+                if self.waiting >= self.queue:
+                    raise self._busy(f"and {self.queue} more wait (JOBSCOPE_EXPORT_QUEUE)")
+                self.waiting += 1
+                try:
+                    freed = self._free.wait_for(lambda: self.in_use < self.limit, self.wait_s)
+                finally:
+                    self.waiting -= 1
+                if not freed:
+                    raise self._busy(f"none freed in {self.wait_s:g} s (JOBSCOPE_EXPORT_WAIT_S)")
             self.in_use += 1
         released = threading.Event()
 
         def release() -> None:
-            with self._lock:
+            with self._free:
                 if not released.is_set():
                     released.set()
                     self.in_use -= 1
+                    self._free.notify()
 
         return release
+
+    def _busy(self, why: str) -> Busy:
+        return Busy(
+            f"{self.limit} readings answers are streaming (JOBSCOPE_MAX_EXPORTS), {why}: "
+            f"try again in {self.retry_after_s} s",
+            self.retry_after_s,
+        )

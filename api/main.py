@@ -26,7 +26,12 @@ def create_app(settings: ApiSettings) -> FastAPI:
         to_thread.current_default_thread_limiter().total_tokens = settings.threads
         app.state.clickhouse = ClickHouseProvider(settings)
         app.state.health = HealthProbes(settings)
-        app.state.exports = ExportSlots(settings.max_exports, settings.retry_after_s)
+        app.state.exports = ExportSlots(
+            settings.max_exports,
+            settings.export_queue,
+            settings.export_wait_s,
+            settings.retry_after_s,
+        )
         app.state.kafka = KafkaPublisher(settings)
         app.state.live_hub = ReadingsHub(settings.kafka_bootstrap, settings.readings_topic)
         app.state.live_ingested = IngestWatch(

@@ -34,6 +34,8 @@ class Health(BaseModel):
     kafka: ComponentHealth
     clickhouse: ComponentHealth
     live_streams: int = Field(0, description="clients following a job's live stream now")
+    exports_streaming: int = Field(0, description="readings answers streaming now")
+    exports_waiting: int = Field(0, description="requests waiting for a slot to stream one")
 
 
 class ErrorBody(BaseModel):

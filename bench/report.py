@@ -24,6 +24,14 @@ QUERY_KEYS = {KEY_SELECTION: "query_100dev_10min_s"}  # query shapes that have a
 
 # jobscope's job API (bench/systems/jobscope_api.py): its formats, top-level keys and goals.
 API_FORMATS = ("json", "ndjson", "csv", "parquet", "arrow")
+ABUSE_KEYS = [
+    "api_p99_no_abuse_s",
+    "api_p99_under_sql_abuse_s",
+    "freshness_p99_no_abuse_s",
+    "freshness_p99_under_sql_abuse_s",
+    "api_small_queries_per_s",
+    "api_small_queries_p99_s",
+]
 API_KEYS = [
     "api_1m_readings_s",
     "api_1m_best_format",
@@ -82,7 +90,7 @@ def flatten(systems: dict[str, dict[str, Any]], extra: dict[str, Any]) -> dict[s
         "query_100dev_10min_s": ours.get("query_100dev_10min_s"),
         "bytes_per_reading": ours.get("bytes_per_reading"),
         "bytes_per_reading_int": ours.get("bytes_per_reading_int"),
-        **{key: ours.get(key) for key in API_KEYS},
+        **{key: ours.get(key) for key in (*API_KEYS, *ABUSE_KEYS)},
     }
     for peer in PEERS:
         r = systems.get(peer, {})
@@ -270,6 +278,7 @@ def jobscope_rows(js: dict[str, Any]) -> list[tuple[str, str]]:
             f"{_fmt(js.get('freshness_p99_s'), '{:.2f}')}",
         ),
         *api_rows(js),
+        *abuse_rows(js),
     ]
     for name, v in js.get("drain_variants", {}).items():
         fmt, per, *_ = name.split("_")
@@ -341,15 +350,15 @@ def live_rows(results: dict[str, Any]) -> list[str]:
     return rows
 
 
-def abuse_rows(results: dict[str, Any]) -> list[str]:
-    """The API and ingestion under SQL abuse (bench/polling/abuse.py)."""
-    if "api_p99_under_sql_abuse_s" not in results:
+def abuse_rows(js: dict[str, Any]) -> list[tuple[str, str]]:
+    """The API and ingestion under SQL abuse (bench/systems/jobscope_abuse.py)."""
+    if "api_p99_under_sql_abuse_s" not in js:
         return []
-    abuse = results["abuse"]
+    abuse = js["abuse"]
     goals = abuse["goals"]
 
     def verdict(key: str) -> str:
-        value = results[key]
+        value = js[key]
         met = value is not None and value <= goals[key]
         return f"goal <= {goals[key]:g}: " + ("met" if met else "MISSED")
 
@@ -358,24 +367,33 @@ def abuse_rows(results: dict[str, Any]) -> list[str]:
 
     small = abuse["small_query"]
     return [
-        f"| SQL abuse: small job query ({small['devices']} devices x {small['seconds']} s, "
-        f"{small['readings']:,} readings) p99, s, alone; with {abuse['abuser_threads']} heavy "
-        "reader queries | "
-        f"{_fmt(results['api_p99_no_abuse_s'], '{:.3f}')}; "
-        f"{_fmt(results['api_p99_under_sql_abuse_s'], '{:.3f}')}, "
-        f"{verdict('api_p99_under_sql_abuse_s')} "
-        f"(answers: {outcomes(abuse['sql_abuse']['api'])}) |",
-        "| SQL abuse: freshness p99, s, alone; under abuse | "
-        f"{_fmt(results['freshness_p99_no_abuse_s'], '{:.3f}')}; "
-        f"{_fmt(results['freshness_p99_under_sql_abuse_s'], '{:.3f}')}, "
-        f"{verdict('freshness_p99_under_sql_abuse_s')} |",
-        f"| SQL abuse: small job queries per s with {abuse['clients']} clients (p99, s) | "
-        f"{_fmt(results['api_small_queries_per_s'], '{:,.1f}')} "
-        f"({_fmt(results['api_small_queries_p99_s'], '{:.3f}')}; "
-        f"answers: {outcomes(abuse['throughput'])}) |",
-        "| SQL abuse: what the abusive reader got | "
-        f"{outcomes(abuse['abusers'])}; {abuse['abusers']['still_running']} still running "
-        "after KILL |",
+        (
+            f"jobscope: SQL abuse: small job query ({small['devices']} devices x "
+            f"{small['seconds']} s, {small['readings']:,} readings) p99, s, alone; with "
+            f"{abuse['abuser_threads']} heavy reader queries",
+            f"{_fmt(js['api_p99_no_abuse_s'], '{:.3f}')}; "
+            f"{_fmt(js['api_p99_under_sql_abuse_s'], '{:.3f}')}, "
+            f"{verdict('api_p99_under_sql_abuse_s')} "
+            f"(answers: {outcomes(abuse['sql_abuse']['api'])})",
+        ),
+        (
+            "jobscope: SQL abuse: freshness p99, s, alone; under abuse",
+            f"{_fmt(js['freshness_p99_no_abuse_s'], '{:.3f}')}; "
+            f"{_fmt(js['freshness_p99_under_sql_abuse_s'], '{:.3f}')}, "
+            f"{verdict('freshness_p99_under_sql_abuse_s')}",
+        ),
+        (
+            f"jobscope: SQL abuse: small job queries per s with {abuse['clients']} clients "
+            "(p99, s)",
+            f"{_fmt(js['api_small_queries_per_s'], '{:,.1f}')} "
+            f"({_fmt(js['api_small_queries_p99_s'], '{:.3f}')}; "
+            f"answers: {outcomes(abuse['throughput'])})",
+        ),
+        (
+            "jobscope: SQL abuse: what the abusive reader got",
+            f"{outcomes(abuse['abusers'])}; {abuse['abusers']['still_running']} still running "
+            "after KILL",
+        ),
     ]
 
 
@@ -447,7 +465,6 @@ def polling_markdown(results: dict[str, Any]) -> str:
             + " |"
         )
     lines += live_rows(results)
-    lines += abuse_rows(results)
     for step in results.get("polling_not_available", []):
         lines.append(f"| {step} | not available |")
     if snmp is not None:

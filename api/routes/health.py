@@ -25,5 +25,7 @@ async def get_health(request: Request) -> JSONResponse:
         kafka=kafka,
         clickhouse=clickhouse,
         live_streams=app.live_hub.subscribers,
+        exports_streaming=app.exports.in_use,
+        exports_waiting=app.exports.waiting,
     )
     return JSONResponse(health.model_dump(), status_code=200 if health.status == "ok" else 503)

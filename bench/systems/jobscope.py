@@ -41,7 +41,8 @@ from confluent_kafka import KafkaError, Message, Producer
 
 from bench import payloads
 from bench.dataset import US, Dataset, utc
-from bench.systems import jobscope_api
+from bench.polling.producer import start_producer
+from bench.systems import jobscope_abuse, jobscope_api
 from bench.systems.base import Ingest, Selection, System, run_parallel, wait_for
 from clickhouse.migrate import MigrationSettings, apply_migrations, render
 from producers.config import ProducerSettings
@@ -446,6 +447,7 @@ class Jobscope(System):
         steps: list[tuple[str, Callable[[], dict[str, Any]]]] = [
             ("freshness", lambda: self._freshness(data, quick)),
             ("api", lambda: self._api(data, quick)),
+            ("abuse", lambda: self._abuse(quick)),
             ("drain", lambda: self._drain_figures(data, quick)),
         ]
         for name, step in steps:
@@ -493,6 +495,31 @@ class Jobscope(System):
         assert self.reader is not None
         services.start_api(self.settings)
         return jobscope_api.measure(self.settings, self.reader, data, quick)
+
+    def _abuse(self, quick: bool) -> dict[str, Any]:
+        """Issue 12's figures (bench/systems/jobscope_abuse.py) on the API started here, a
+        producer polling a live fleet throughout."""
+        assert self.admin is not None
+        admin = self.admin
+        services.start_api(self.settings)
+        prefix = f"ab{self.topic_serial}x{int(time.time())}"
+        devices = jobscope_abuse.write_devices(self.workdir / "abuse-devices.yaml", prefix)
+
+        def polled() -> bool:
+            found = admin.command(
+                "SELECT count() FROM metrics WHERE device_id = {d:String}",
+                parameters={"d": f"{prefix}-0"},
+            )
+            return int(found) > 0  # type: ignore[arg-type]
+
+        producer = start_producer(
+            self.settings, devices, polled, "the abuse fleet's first readings stored", 60
+        )
+        try:
+            fleet = jobscope_abuse.FLEET * jobscope_abuse.METRICS
+            return jobscope_abuse.measure_on(self.settings, quick, prefix, fleet)
+        finally:
+            producer.stop()
 
     def _freshness(self, data: Dataset, quick: bool) -> dict[str, Any]:
         """Replay the fleet in real time with current timestamps on `readings`, plus a probe

@@ -39,6 +39,8 @@ LIMITS = {
     "JOBSCOPE_JSON_MAX_SPAN_S": "60",
     "JOBSCOPE_JSON_MAX_READINGS": "5",
     "JOBSCOPE_MAX_EXPORTS": "2",
+    "JOBSCOPE_EXPORT_QUEUE": "1",
+    "JOBSCOPE_EXPORT_WAIT_S": "2",
     "JOBSCOPE_EXPORT_SEND_TIMEOUT_S": "15",
     "JOBSCOPE_RETRY_AFTER_S": "7",
     "JOBSCOPE_THREADS": "4",
@@ -169,27 +171,43 @@ def test_a_large_json_answer_is_refused_pointing_to_the_streamed_formats(
     assert stepped.status_code == 400 and stepped.json()["parameter"] == "format"
 
 
-def test_streaming_answers_beyond_the_limit_get_503_with_retry_after(
+def test_streaming_answers_beyond_the_limit_wait_then_get_503_with_retry_after(
     limited_api: str, big_device: tuple[str, datetime], clickhouse: StackSettings
 ) -> None:
     """Two exports held by clients that stop reading fill JOBSCOPE_MAX_EXPORTS (2): a third
-    request is refused at once. A client that goes away frees its slot; one that stays but
-    takes nothing is dropped after JOBSCOPE_EXPORT_SEND_TIMEOUT_S, freeing its slot too."""
+    request waits JOBSCOPE_EXPORT_WAIT_S (2 s) for a slot, then is refused; while one waits
+    (JOBSCOPE_EXPORT_QUEUE: 1), another is refused at once. A client that goes away frees its
+    slot for the one waiting; one that stays but takes nothing is dropped after
+    JOBSCOPE_EXPORT_SEND_TIMEOUT_S, freeing its slot too."""
     params = _export_params(*big_device)
     url = f"{limited_api}/api/metrics"
+    small = {**params, "devices": "x"}
     first, second = httpx.Client(timeout=60), httpx.Client(timeout=60)
     with (
         first.stream("GET", url, params=params) as held_1,
         second.stream("GET", url, params=params) as held_2,
+        ThreadPoolExecutor(1) as waiter,
     ):
         assert held_1.status_code == 200 and held_2.status_code == 200
-        refused = httpx.get(url, params={**params, "devices": "x"}, timeout=30)
+        began = time.monotonic()
+        refused = httpx.get(url, params=small, timeout=30)
+        waited = time.monotonic() - began
         assert refused.status_code == 503, refused.text
+        assert waited >= 2, f"refused after {waited:.2f} s, before the 2 s wait"
         assert refused.headers["retry-after"] == "7"
-        assert "JOBSCOPE_MAX_EXPORTS" in refused.json()["error"]
-        first.close()  # the first client goes away: its slot is free again
+        assert "JOBSCOPE_EXPORT_WAIT_S" in refused.json()["error"]
+        queued = waiter.submit(lambda: httpx.get(url, params=small, timeout=30))
         wait_until(
-            lambda: httpx.get(url, params={**params, "devices": "x"}).status_code == 200,
+            lambda: httpx.get(f"{limited_api}/health").json()["exports_waiting"] == 1,
+            10,
+            "the request in the queue",
+        )
+        refused = httpx.get(url, params=small, timeout=30)  # the queue is full: no wait
+        assert refused.status_code == 503 and "JOBSCOPE_EXPORT_QUEUE" in refused.json()["error"]
+        first.close()  # the first client goes away: the one waiting takes its slot
+        assert queued.result(timeout=30).status_code == 200
+        wait_until(
+            lambda: httpx.get(url, params=small).status_code == 200,
             30,
             "a slot freed by a client that went away",
         )

@@ -1,4 +1,5 @@
-"""The API and ingestion while SQL users abuse ClickHouse (issue 12), through a whole stack.
+"""The API and ingestion while SQL users abuse ClickHouse (issue 12), on jobscope's bench stack
+(bench/systems/jobscope.py, step `abuse`).
 
 Load: a producer polling `FLEET` tester:// nodes x 20 metrics every second (ingestion goes
 on throughout), plus a backfill of `BACKFILL_DEVICES` devices x 20 metrics x some minutes put
@@ -47,7 +48,6 @@ from clickhouse_connect.driver.client import Client
 from confluent_kafka import Producer
 
 from bench.polling.cpu import machine_ticks
-from bench.polling.producer import whole_stack
 from bench.systems.base import wait_for
 from bench.systems.jobscope_api import rows
 from producers.message import pack
@@ -81,7 +81,8 @@ HEAVY_QUERIES = (
 CODE = re.compile(r"Code: (\d+)")
 
 
-def _devices(path: Path, prefix: str) -> Path:
+def write_devices(path: Path, prefix: str) -> Path:
+    """The live fleet's devices file: `FLEET` tester:// nodes named after `prefix`."""
     path.write_text(
         "".join(
             f"- {{name: ab, device_id: {prefix}-{i}, url: 'tester://?metrics={METRICS}', "
@@ -90,13 +91,6 @@ def _devices(path: Path, prefix: str) -> Path:
         )
     )
     return path
-
-
-def measure(state_dir: Path, quick: bool) -> dict[str, Any]:
-    """The step on a whole stack of its own, the fleet's producer polling throughout."""
-    prefix = f"ab{uuid.uuid4().hex[:6]}"
-    with whole_stack(state_dir / "abuse", lambda path: _devices(path, prefix)) as settings:
-        return measure_on(settings, quick, prefix, FLEET * METRICS)
 
 
 def measure_on(
