@@ -20,7 +20,7 @@ JSON_TOPIC ?=
 JSON_ENV := $(if $(filter 1,$(JSON_TOPIC)),JOBSCOPE_JSON_TOPIC=readings-json,$(if $(JSON_TOPIC),JOBSCOPE_JSON_TOPIC=$(JSON_TOPIC),))
 DEVICES_ENV := $(if $(filter sample,$(DEVICES)),JOBSCOPE_DEVICES_FILE=$(CURDIR)/producers/config/sample JOBSCOPE_SIMULATORS=true,$(if $(DEVICES),JOBSCOPE_DEVICES_FILE=$(abspath $(DEVICES)),))
 
-.PHONY: help up down status test test-fast lint format bench system-deps venv reset superset superset-venv
+.PHONY: help up down status test test-fast lint format bench system-deps venv reset superset superset-venv helm-tools test-helm
 
 help:
 	@echo "make up        start Kafka, ClickHouse, producers (demo fleet) and the API"
@@ -57,8 +57,15 @@ down:
 status: venv
 	$(DEVICES_ENV) $(PY) -m stack status
 
-test: system-deps venv superset-venv
+test: system-deps venv superset-venv helm-tools
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The chart tests' tools (helm, kube-apiserver, etcd built with Go; .venv-helm), cached by version.
+helm-tools:
+	@bash helm/install-tools.sh
+
+test-helm: venv helm-tools
+	$(PY) -m pytest tests/helm $(PYTEST_ARGS)
 
 test-fast: venv
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)

@@ -20,6 +20,8 @@ from clickhouse_connect.driver.client import Client
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from clickhouse.cluster import ClusterLayout
+
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 log = logging.getLogger("clickhouse.migrate")
 
@@ -52,6 +54,26 @@ class MigrationSettings(BaseSettings):
         # Bounded: past the year 2106 the TTL date wraps around and every row would expire.
         description="TTL of raw readings in days",
     )
+    clickhouse_cluster: str = Field(
+        "", description="ClickHouse cluster to create the schema ON CLUSTER; empty: one server"
+    )
+    clickhouse_replicated: bool = Field(
+        True, description="on a cluster: Replicated*MergeTree tables (needs Keeper)"
+    )
+    clickhouse_keeper_path: str = Field(
+        "/clickhouse/tables/{uuid}/{shard}", description="Keeper path of a replicated table"
+    )
+    clickhouse_local_suffix: str = Field(
+        "_local", description="on a cluster: suffix of the tables behind the Distributed ones"
+    )
+
+    def layout(self) -> ClusterLayout:
+        return ClusterLayout(
+            cluster=self.clickhouse_cluster,
+            replicated=self.clickhouse_replicated,
+            keeper_path=self.clickhouse_keeper_path,
+            local_suffix=self.clickhouse_local_suffix,
+        )
 
     def placeholders(self) -> dict[str, str]:
         return {
@@ -131,11 +153,12 @@ def apply_migrations(
             log.info("skipped %s (superseded by %s)", name, replaced_by[name])
         else:
             for statement in statements(render(text, settings.placeholders())):
-                client.command(statement)
+                for part in settings.layout().render(statement):
+                    client.command(part)
             applied.append(name)
             log.info("applied %s", name)
         client.insert("schema_migrations", [[name, checksum]], column_names=["name", "checksum"])
-    ensure_retention(client, settings.retention_days)
+    ensure_retention(client, settings.retention_days, settings.layout())
     return applied
 
 
@@ -143,14 +166,14 @@ def apply_migrations(
 RETAINED = {"metrics": "toDateTime(timestamp)", "metrics_1m": "bucket"}
 
 
-def ensure_retention(client: Client, days: int) -> None:
+def ensure_retention(client: Client, days: int, layout: ClusterLayout) -> None:
     """Re-apply the TTL of raw readings (and their 1-minute rollup) when the configured
-    retention changed."""
+    retention changed (on a cluster: of the local tables, on every host)."""
     for table, since in RETAINED.items():
         create = client.command(
             "SELECT create_table_query FROM system.tables "
             "WHERE database = currentDatabase() AND name = {table:String}",
-            parameters={"table": table},
+            parameters={"table": layout.local(table)},
         )
         if not create:  # a later migration creates it (a directory of older migrations)
             continue
@@ -158,7 +181,9 @@ def ensure_retention(client: Client, days: int) -> None:
         if match is None:
             raise RuntimeError(f"{table} has no TTL in days: cannot check the retention")
         if int(match.group(1)) != days:
-            client.command(f"ALTER TABLE {table} MODIFY TTL {since} + INTERVAL {days:d} DAY")
+            alter = f"ALTER TABLE {table} MODIFY TTL {since} + INTERVAL {days:d} DAY"
+            for part in layout.render(alter):
+                client.command(part)
             log.info("retention of %s changed to %d days", table, days)
 
 

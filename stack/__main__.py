@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 
-from stack import services, superset
+from stack import kafka_broker, services, superset
 from stack.config import StackSettings
 
 
@@ -47,6 +47,9 @@ def status(settings: StackSettings) -> bool:
     }
     all_running = True
     names = list(reversed(services.STOP_ORDER))
+    for node in kafka_broker.nodes(settings)[1:]:  # JOBSCOPE_KAFKA_BROKERS > 1
+        where[node.name] = f"kafka://{settings.host}:{node.port} (KRaft node {node.node_id})"
+        names.insert(names.index("clickhouse"), node.name)
     if settings.simulators or services.process(settings, "simulators").is_running():
         names.insert(names.index("producers"), "simulators")  # an extra process of the stack
     if superset.process(settings).is_running():

@@ -20,6 +20,13 @@ class StackSettings(BaseSettings):
     kafka_port: int = 9092
     kafka_controller_port: int = 9093
     kafka_heap: str = Field("1g", description="JVM heap of the broker")
+    kafka_brokers: int = Field(
+        1,
+        ge=1,
+        le=9,
+        description="KRaft nodes (broker and controller each) on consecutive port pairs from "
+        "kafka_port / kafka_controller_port; 3: topics replicated 3 times, 2 in sync",
+    )
     clickhouse_port: int = 8123
     api_port: int = 8000
     producer_metrics_port: int = Field(
@@ -51,7 +58,23 @@ class StackSettings(BaseSettings):
 
     @property
     def kafka_bootstrap(self) -> str:
-        return f"{self.host}:{self.kafka_port}"
+        """Every broker's address: a client reaches the cluster while one is down."""
+        nodes = range(1, self.kafka_brokers + 1)
+        return ",".join(f"{self.host}:{self.kafka_node_ports(n)[0]}" for n in nodes)
+
+    def kafka_node_ports(self, node_id: int) -> tuple[int, int]:
+        """The broker and controller ports of KRaft node `node_id` (1..kafka_brokers)."""
+        shift = 2 * (node_id - 1)
+        return self.kafka_port + shift, self.kafka_controller_port + shift
+
+    @property
+    def kafka_replication_factor(self) -> int:
+        return min(3, self.kafka_brokers)
+
+    @property
+    def kafka_min_insync_replicas(self) -> int:
+        """2 of 3 replicas: a write acknowledged by all in-sync ones survives a broker loss."""
+        return 2 if self.kafka_replication_factor >= 3 else 1
 
     @property
     def clickhouse_url(self) -> str:

@@ -6,6 +6,7 @@ import logging
 import shutil
 import sys
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import clickhouse_connect
@@ -102,7 +103,12 @@ def _http_ok(url: str) -> bool:
 def start_kafka(settings: StackSettings) -> None:
     kafka_broker.start(settings)
     optional = (topics.json_readings(settings.json_topic),) if settings.json_topic else ()
-    topics.ensure_topics(settings.kafka_bootstrap, (*topics.ALL_TOPICS, *optional))
+    topics.ensure_topics(
+        settings.kafka_bootstrap,
+        (*topics.ALL_TOPICS, *optional),
+        replication_factor=settings.kafka_replication_factor,
+        min_insync_replicas=settings.kafka_min_insync_replicas,
+    )
 
 
 def start_clickhouse(settings: StackSettings, timeout: float = 60.0) -> None:
@@ -191,16 +197,21 @@ def stop_all(settings: StackSettings, drain_timeout: float = 15.0) -> list[str]:
     stopped stack holds every reading (and an upgrade that changes the message layout finds
     none of the old one in flight)."""
     known = {p.stem for p in settings.pid_dir.glob("*.pid")} if settings.pid_dir.exists() else set()
-    extra = sorted(known - set(STOP_ORDER))
+    brokers = sorted(name for name in known if name.startswith("kafka-"))  # nodes 2..N
+    extra = sorted(known - set(STOP_ORDER) - set(brokers))
     stopped = []
-    for name in ("api", *extra, "producers", "clickhouse", "kafka"):
+    for name in ("api", *extra, "producers", "clickhouse"):
         proc = process(settings, name)
         if name == "clickhouse" and proc.is_running() and process(settings, "kafka").is_running():
             _drain_readings(settings, drain_timeout)
         if proc.is_running():
             proc.stop(timeout=30)
             stopped.append(name)
-    return stopped
+    # Kafka nodes together: the last one stopping alone would wait for a lost quorum.
+    nodes = [name for name in ("kafka", *brokers) if process(settings, name).is_running()]
+    with ThreadPoolExecutor(max(1, len(nodes))) as pool:
+        list(pool.map(lambda name: process(settings, name).stop(timeout=30), nodes))
+    return stopped + nodes
 
 
 def _drain_readings(settings: StackSettings, timeout: float) -> None:

@@ -27,13 +27,23 @@ def json_readings(name: str) -> TopicSpec:
 
 
 def ensure_topics(
-    bootstrap: str, topics: tuple[TopicSpec, ...] = ALL_TOPICS, timeout: float = 30.0
+    bootstrap: str,
+    topics: tuple[TopicSpec, ...] = ALL_TOPICS,
+    timeout: float = 30.0,
+    replication_factor: int = 1,
+    min_insync_replicas: int = 1,
 ) -> None:
     """Create the topics that do not exist yet; existing ones are left as they are."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     existing = set(admin.list_topics(timeout=timeout).topics)
+    replicas = {"min.insync.replicas": str(min_insync_replicas)} if replication_factor > 1 else {}
     missing = [
-        NewTopic(t.name, num_partitions=t.partitions, replication_factor=1, config=t.config)
+        NewTopic(
+            t.name,
+            num_partitions=t.partitions,
+            replication_factor=replication_factor,
+            config={**t.config, **replicas},
+        )
         for t in topics
         if t.name not in existing
     ]

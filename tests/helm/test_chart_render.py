@@ -1,0 +1,204 @@
+"""The chart lints, renders every scenario into manifests the Kubernetes schemas accept, and
+wires the values into the processes' real settings (offline: helm and kubernetes-validate)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.helm.helm_tools import CHART, KUBE_SCHEMA_VERSION, run_helm, venv_tool
+
+SCENARIOS = sorted(p.name.removesuffix(".yaml") for p in (CHART / "ci").glob("*.yaml"))
+
+
+def render(*args: str) -> list[dict]:
+    """The manifests `helm template` renders (hooks and tests included)."""
+    out = run_helm(None, "template", "t", str(CHART), "--kube-version", KUBE_SCHEMA_VERSION, *args)
+    return [doc for doc in yaml.safe_load_all(out) if doc]
+
+
+def scenario(name: str) -> list[dict]:
+    return render("-f", str(CHART / "ci" / f"{name}.yaml"))
+
+
+def by_kind(docs: list[dict], kind: str) -> dict[str, dict]:
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
+
+
+def env_of(container: dict) -> dict[str, dict | str]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", [])}
+
+
+def validate(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(venv_tool("kubernetes-validate")), "--strict", "-k", KUBE_SCHEMA_VERSION, str(path)],
+        capture_output=True,
+        text=True,
+    )
+
+
+def test_scenarios_exist() -> None:
+    assert set(SCENARIOS) >= {"small-site", "large-site", "external-secrets"}
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_lint_strict(name: str) -> None:
+    out = run_helm(None, "lint", "--strict", str(CHART), "-f", str(CHART / "ci" / f"{name}.yaml"))
+    assert "0 chart(s) failed" in out
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_scenario_validates_against_kubernetes_schemas(name: str, tmp_path: Path) -> None:
+    manifest = tmp_path / f"{name}.yaml"
+    manifest.write_text(yaml.safe_dump_all(scenario(name)))
+    done = validate(manifest)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_validation_can_fail(tmp_path: Path) -> None:
+    """The schema check rejects a manifest with an unknown field (strict mode works)."""
+    docs = scenario("small-site")
+    api = by_kind(docs, "Deployment")["t-jobscope-api"]
+    api["spec"]["template"]["spec"]["containers"][0]["imagePullPolicyy"] = "Always"
+    manifest = tmp_path / "broken.yaml"
+    manifest.write_text(yaml.safe_dump(api))
+    assert validate(manifest).returncode != 0
+
+
+def test_every_container_runs_unprivileged_on_a_read_only_root() -> None:
+    for name in SCENARIOS:
+        for doc in scenario(name):
+            spec = doc.get("spec", {})
+            pod = spec["template"]["spec"] if "template" in spec else spec
+            for container in pod.get("containers", []) + pod.get("initContainers", []):
+                where = f"{name}: {doc['kind']}/{doc['metadata']['name']}/{container['name']}"
+                assert pod["securityContext"]["runAsNonRoot"] is True, where
+                context = container["securityContext"]
+                assert context["readOnlyRootFilesystem"] is True, where
+                assert context["allowPrivilegeEscalation"] is False, where
+                assert "resources" in container, where
+
+
+def test_large_site_has_eight_producer_shards_each_with_its_own_slice() -> None:
+    docs = scenario("large-site")
+    producers = {
+        name: d for name, d in by_kind(docs, "Deployment").items() if "-producers-" in name
+    }
+    assert len(producers) == 8
+    shards, ports = set(), set()
+    for deployment in producers.values():
+        assert deployment["spec"]["replicas"] == 1
+        assert deployment["spec"]["strategy"]["type"] == "Recreate"
+        container = deployment["spec"]["template"]["spec"]["containers"][0]
+        shards.add(container["args"][container["args"].index("--shard") + 1])
+        ports.add(container["ports"][0]["containerPort"])
+        volume = deployment["spec"]["template"]["spec"]["volumes"][0]
+        assert volume["configMap"]["name"] == "site-devices"
+    assert shards == {f"{i}/8" for i in range(8)}
+    assert ports == {9464 + i for i in range(8)}  # the settings add the shard index
+
+
+def test_cluster_values_reach_the_schema_job() -> None:
+    job = by_kind(scenario("large-site"), "Job")["t-jobscope-schema"]
+    assert "post-install" in job["metadata"]["annotations"]["helm.sh/hook"]
+    pod = job["spec"]["template"]["spec"]
+    migrate = env_of(pod["containers"][0])
+    assert pod["containers"][0]["command"] == ["python", "-m", "clickhouse.migrate"]
+    assert migrate["JOBSCOPE_CLICKHOUSE_CLUSTER"] == "jobscope"
+    assert migrate["JOBSCOPE_CLICKHOUSE_REPLICATED"] == "true"
+    assert migrate["JOBSCOPE_KAFKA_CONSUMERS"] == "6"
+    assert migrate["JOBSCOPE_CLICKHOUSE_ADMIN_PASSWORD"] == {
+        "secretKeyRef": {"name": "clickhouse-admin", "key": "password"}
+    }
+    topics = env_of(pod["initContainers"][0])
+    assert pod["initContainers"][0]["command"] == ["python", "-m", "stack.create_topics"]
+    assert topics["JOBSCOPE_READINGS_PARTITIONS"] == "24"
+    assert topics["JOBSCOPE_KAFKA_REPLICATION_FACTOR"] == "3"
+
+
+def test_env_names_are_settings_the_processes_read() -> None:
+    """Every JOBSCOPE_* variable the chart sets is a field of the process's settings model."""
+    from api.config import ApiSettings
+    from clickhouse.migrate import MigrationSettings
+    from producers.config import ProducerSettings
+    from stack.create_topics import TopicSettings
+
+    fields = {
+        "api": set(ApiSettings.model_fields),
+        "producers": set(ProducerSettings.model_fields),
+        "migrate": set(MigrationSettings.model_fields),
+        "topics": set(TopicSettings.model_fields),
+    }
+    docs = scenario("large-site")
+    deployments = by_kind(docs, "Deployment")
+    job = by_kind(docs, "Job")["t-jobscope-schema"]["spec"]["template"]["spec"]
+    containers = {
+        "api": deployments["t-jobscope-api"]["spec"]["template"]["spec"]["containers"][0],
+        "producers": deployments["t-jobscope-producers-0"]["spec"]["template"]["spec"][
+            "containers"
+        ][0],
+        "migrate": job["containers"][0],
+        "topics": job["initContainers"][0],
+    }
+    for process, container in containers.items():
+        for name in env_of(container):
+            if name.startswith("JOBSCOPE_") and name != "JOBSCOPE_IPMI_SDR_CACHE_DIR":
+                field = name.removeprefix("JOBSCOPE_").lower()
+                assert field in fields[process], f"{process}: {name} is no setting"
+
+
+def test_external_secrets_scenario_renders_no_secret() -> None:
+    docs = scenario("external-secrets")
+    assert by_kind(docs, "Secret") == {}
+    assert by_kind(docs, "ConfigMap") == {}
+    producer = by_kind(docs, "Deployment")["t-jobscope-producers-1"]
+    assert producer["spec"]["template"]["spec"]["volumes"][0]["secret"] == {
+        "secretName": "jobscope-devices"
+    }
+    api = by_kind(docs, "Deployment")["t-jobscope-api"]["spec"]["template"]["spec"]
+    env = env_of(api["containers"][0])
+    assert env["JOBSCOPE_CLICKHOUSE_API_PASSWORD"] == {
+        "secretKeyRef": {"name": "jobscope-clickhouse", "key": "api-password"}
+    }
+    assert env["JOBSCOPE_ADMIN_TOKEN"]["secretKeyRef"]["name"] == "jobscope-tokens"
+
+
+def test_large_site_optional_parts() -> None:
+    docs = scenario("large-site")
+    assert set(by_kind(docs, "HorizontalPodAutoscaler")) == {"t-jobscope-api"}
+    assert "replicas" not in by_kind(docs, "Deployment")["t-jobscope-api"]["spec"]
+    assert set(by_kind(docs, "Ingress")) == {"t-jobscope-api"}
+    assert {"t-jobscope-superset", "t-jobscope-connect"} <= set(by_kind(docs, "Deployment"))
+    assert set(by_kind(docs, "PodDisruptionBudget")) == {
+        "t-jobscope-api",
+        "t-jobscope-producers",
+    }
+    assert len(by_kind(docs, "NetworkPolicy")) == 5
+
+
+def test_helm_test_hook_asks_the_api_health() -> None:
+    pod = by_kind(scenario("small-site"), "Pod")["t-jobscope-test-api-health"]
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    script = pod["spec"]["containers"][0]["command"][-1]
+    assert "http://t-jobscope-api:8000/health" in script
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (["--set", "producers.shards=0"], "/producers/shards"),
+        (["--set", "kafka.bootstrapServers=no-port"], "/kafka/bootstrapServers"),
+        (["--set", "api.service.type=Nowhere"], "/api/service/type"),
+        (["--set", "typo=1"], "typo"),
+        ([], "clickhouse.admin.password or clickhouse.admin.existingSecret is required"),
+    ],
+)
+def test_bad_values_are_refused(values: list[str], message: str) -> None:
+    out = run_helm(
+        None, "template", "t", str(CHART), "--kube-version", KUBE_SCHEMA_VERSION, *values,
+        check=False,
+    )  # fmt: skip
+    assert message in out
