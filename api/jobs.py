@@ -27,12 +27,17 @@ _VISIBLE_POLL_S = 0.05
 log = logging.getLogger("jobscope.api")
 
 
-def get_job(client: Client, job_id: str) -> Job:
-    sql, params = job_query(job_id)
-    rows = client.query(sql, parameters=params).named_results()
-    for row in rows:
-        return Job(**row)
-    raise NotFound(f"no job {job_id!r}")
+def get_job(client: Client, job_id: str, site: str | None = None) -> Job:
+    """The job `job_id` at `site`; without a site, the one job of that id, which must be at
+    a single site (a central jobscope holds several sites' jobs, whose ids may clash)."""
+    sql, params = job_query(job_id, site)
+    jobs = [Job(**row) for row in client.query(sql, parameters=params).named_results()]
+    if not jobs:
+        raise NotFound(f"no job {job_id!r}" + ("" if site is None else f" at site {site!r}"))
+    if len(jobs) > 1:
+        sites = ", ".join(repr(job.site) for job in jobs)
+        raise ParameterError("site", f"job {job_id!r} exists at sites {sites}: give one")
+    return jobs[0]
 
 
 def merged(current: Job, patch: JobFields) -> JobCreate:
@@ -53,6 +58,7 @@ def write_job(
     queryable within `job_visible_timeout_s`. Once Kafka has it, it is accepted even if
     ClickHouse is down: it is ingested when ClickHouse is back."""
     updated_at = datetime.now(UTC).replace(tzinfo=None)
+    site = job.site or ""
     document = {
         "job_id": job.job_id,
         "user": job.user or "",
@@ -62,7 +68,7 @@ def write_job(
         "start": job.start,
         "end": job.end,
         "state": job.state.value,
-        "site": job.site or "",
+        "site": site,
         "labels": job.labels or {},
         "updated_at": iso(updated_at),
     }
@@ -71,7 +77,7 @@ def write_job(
         ondemand.follow_job(publisher, settings, job)
     except KafkaUnavailable as exc:
         log.error("job %s written; its on-demand activation was not updated: %s", job.job_id, exc)
-    sql, params = job_version_query(job.job_id, updated_at)
+    sql, params = job_version_query(job.job_id, site, updated_at)
     deadline = time.monotonic() + settings.job_visible_timeout_s
     try:
         client = clickhouse.get()
@@ -79,7 +85,7 @@ def write_job(
             if time.monotonic() >= deadline:
                 return Job(**document), False
             time.sleep(_VISIBLE_POLL_S)
-        return get_job(client, job.job_id), True
+        return get_job(client, job.job_id, site), True
     except (ClickHouseUnavailable, ClickHouseDatabaseError, OperationalError) as exc:
         log.warning("job %s accepted; ClickHouse cannot show it yet: %s", job.job_id, exc)
         return Job(**document), False

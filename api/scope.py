@@ -24,6 +24,7 @@ class Asked:
     labels: dict[str, str]
     start: datetime | None
     end: datetime | None
+    site: str | None = None
 
 
 EVERYTHING = Asked(devices=(), metrics=NamePatterns(), labels={}, start=None, end=None)
@@ -41,7 +42,7 @@ def device_selection(asked: Asked, window: timedelta) -> Selection:
         end = start + window if start is not None else now()
     if start is None:
         start = end - window
-    return Selection(asked.devices, start, end, asked.metrics, asked.labels)
+    return Selection(asked.devices, start, end, asked.metrics, asked.labels, site=asked.site)
 
 
 def job_span(job: Job) -> tuple[datetime, datetime] | None:
@@ -53,7 +54,8 @@ def job_span(job: Job) -> tuple[datetime, datetime] | None:
 
 def job_selection(job: Job, asked: Asked) -> Selection | None:
     """The job's scope, narrowed by the request's devices, metrics, labels and times (never
-    widened: a time outside the job is clamped to it). None when nothing can match."""
+    widened: a time outside the job is clamped to it), at the job's site (when it has one).
+    None when nothing can match."""
     span = job_span(job)
     if span is None or not job.nodes:
         return None
@@ -69,6 +71,7 @@ def job_selection(job: Job, asked: Asked) -> Selection | None:
         asked.labels,
         measured=True,
         only=asked.devices,
+        site=job.site or None,
     )
 
 

@@ -14,16 +14,20 @@ import logging
 import re
 import sys
 from pathlib import Path
+from typing import Annotated
 
 import clickhouse_connect
 from clickhouse_connect.driver.client import Client
-from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, StringConstraints, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from clickhouse.cluster import ClusterLayout
+from stack.topics import OAR_CHANGES
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 log = logging.getLogger("clickhouse.migrate")
+SiteName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]+$")]
+"""A site's name (its MirrorMaker 2 cluster alias): the prefix of its mirrored topics."""
 
 
 class MigrationSettings(BaseSettings):
@@ -39,6 +43,13 @@ class MigrationSettings(BaseSettings):
     kafka_bootstrap: str = "127.0.0.1:9092"
     readings_topic: str = "readings"
     jobs_topic: str = "jobs"
+    sites: Annotated[list[SiteName], NoDecode] = Field(
+        default_factory=list,
+        description="a central ClickHouse of several sites: the sites whose mirrored topics "
+        "(`<site>.<readings_topic>`, `<site>.<jobs_topic>`, `<site>.oar-changes`) it consumes, "
+        "comma-separated; "
+        "empty: one site, consuming its own topics",
+    )
     consumer_group: str = "jobscope-clickhouse"
     kafka_consumers: int = Field(2, ge=1, description="Kafka engine consumers (<= partitions)")
     kafka_flush_interval_ms: int = Field(
@@ -67,6 +78,17 @@ class MigrationSettings(BaseSettings):
         "_local", description="on a cluster: suffix of the tables behind the Distributed ones"
     )
 
+    @field_validator("sites", mode="before")
+    @classmethod
+    def _split_sites(cls, value: object) -> object:
+        return (
+            [s.strip() for s in value.split(",") if s.strip()] if isinstance(value, str) else value
+        )
+
+    def subscribed(self, topic: str) -> list[str]:
+        """The topics the consumer of `topic` reads: the sites' mirrored copies, or `topic`."""
+        return [f"{site}.{topic}" for site in self.sites] if self.sites else [topic]
+
     def layout(self) -> ClusterLayout:
         return ClusterLayout(
             cluster=self.clickhouse_cluster,
@@ -78,8 +100,12 @@ class MigrationSettings(BaseSettings):
     def placeholders(self) -> dict[str, str]:
         return {
             "KAFKA_BROKERS": self.kafka_bootstrap,
-            "READINGS_TOPIC": self.readings_topic,
-            "JOBS_TOPIC": self.jobs_topic,
+            "READINGS_TOPIC": ",".join(self.subscribed(self.readings_topic)),
+            "JOBS_TOPIC": ",".join(self.subscribed(self.jobs_topic)),
+            "READINGS_TOPIC_NAME": self.readings_topic,
+            "JOBS_TOPIC_NAME": self.jobs_topic,
+            "OAR_CHANGES_TOPIC": ",".join(self.subscribed(OAR_CHANGES.name)),
+            "OAR_CHANGES_TOPIC_NAME": OAR_CHANGES.name,
             "CONSUMER_GROUP": self.consumer_group,
             "KAFKA_CONSUMERS": str(self.kafka_consumers),
             "KAFKA_FLUSH_INTERVAL_MS": str(self.kafka_flush_interval_ms),

@@ -18,7 +18,10 @@ class TopicSpec:
 READINGS = TopicSpec("readings", 6, {"compression.type": "producer"})
 JOBS = TopicSpec("jobs", 1, {"cleanup.policy": "compact"})
 ON_DEMAND = TopicSpec("ondemand", 1, {"cleanup.policy": "compact"})
-ALL_TOPICS = (READINGS, JOBS, ON_DEMAND)
+# OAR's job changes from the Debezium connector (connectors/oar-jobs.json): one partition,
+# so that they are consumed in commit order.
+OAR_CHANGES = TopicSpec("oar-changes", 1)
+ALL_TOPICS = (READINGS, JOBS, ON_DEMAND, OAR_CHANGES)
 
 
 def json_readings(name: str) -> TopicSpec:

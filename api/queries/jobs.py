@@ -16,22 +16,29 @@ JOB_COLUMNS = (
 )
 
 
-def job_query(job_id: str) -> tuple[str, dict[str, Any]]:
-    return f"SELECT {JOB_COLUMNS} FROM jobs WHERE job_id = {{job_id:String}}", {"job_id": job_id}
+def job_query(job_id: str, site: str | None = None) -> tuple[str, dict[str, Any]]:
+    """The job of this id at `site`, or at every site holding one when `site` is None (job
+    ids are unique per site only)."""
+    at_site = "" if site is None else " AND site = {site:String}"
+    return (
+        f"SELECT {JOB_COLUMNS} FROM jobs WHERE job_id = {{job_id:String}}{at_site} ORDER BY site",
+        {"job_id": job_id, "site": site},
+    )
 
 
-def job_version_query(job_id: str, updated_at: datetime) -> tuple[str, dict[str, Any]]:
+def job_version_query(job_id: str, site: str, updated_at: datetime) -> tuple[str, dict[str, Any]]:
     """Whether this version of the job, or a newer one, is queryable."""
     return (
-        "SELECT count() FROM jobs WHERE job_id = {job_id:String} "
+        "SELECT count() FROM jobs WHERE job_id = {job_id:String} AND site = {site:String} "
         "AND updated_at >= {updated_at:DateTime64(6, 'UTC')}",
-        {"job_id": job_id, "updated_at": updated_at},
+        {"job_id": job_id, "site": site, "updated_at": updated_at},
     )
 
 
 @dataclass(frozen=True)
 class JobFilter:
     user: str | None = None
+    site: str | None = None
     state: str | None = None
     node: str | None = None
     start: datetime | None = None
@@ -44,6 +51,7 @@ def jobs_query(f: JobFilter) -> tuple[str, dict[str, Any]]:
     that ran during some of it (a running job runs until now)."""
     conditions = {
         "user": (f.user, "user = {user:String}"),
+        "site": (f.site, "site = {site:String}"),
         "state": (f.state, "state = {state:String}"),
         "node": (f.node, "has(nodes, {node:String})"),
         "start": (f.start, "coalesce(end_time, now64(6)) >= {start:DateTime64(6, 'UTC')}"),

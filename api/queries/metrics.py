@@ -18,6 +18,7 @@ from typing import Any
 from api.params import NamePatterns
 
 ALIAS = "_device_alias"
+SITE = "_site"
 _SPAN = "{start:DateTime64(6, 'UTC')} AND {end:DateTime64(6, 'UTC')}"
 _NO_ALIAS = f"mapFilter((k, v) -> k != '{ALIAS}', labels)"
 
@@ -69,7 +70,8 @@ class Selection:
     also returns those aliased readings under their own device id. `only` keeps the output
     rows of these device ids. `aliased`: the devices measuring `devices` during the span
     (`aliased_devices_query`; api/scope.py fills it in): without any, the query has no
-    alias branch.
+    alias branch. `site`: only readings of that site (label `_site`, which a central
+    jobscope gives every reading mirrored from a site) and readings without a site.
     """
 
     devices: tuple[str, ...]
@@ -80,10 +82,11 @@ class Selection:
     measured: bool = False
     only: tuple[str, ...] = ()
     aliased: tuple[str, ...] = ()
+    site: str | None = None
 
 
 def _filters(s: Selection, params: dict[str, Any]) -> list[str]:
-    """Conditions on raw rows common to every branch: metrics and labels."""
+    """Conditions on raw rows common to every branch: metrics, labels and site."""
     where = []
     if s.metrics:
         params["metrics"] = list(s.metrics.exact)
@@ -95,6 +98,9 @@ def _filters(s: Selection, params: dict[str, Any]) -> list[str]:
     for i, (key, value) in enumerate(sorted(s.labels.items())):
         params[f"label_key_{i}"], params[f"label_value_{i}"] = key, value
         where.append(f"labels[{{label_key_{i}:String}}] = {{label_value_{i}:String}}")
+    if s.site is not None:
+        params["site"] = s.site
+        where.append(f"labels['{SITE}'] IN ('', {{site:String}})")
     return where
 
 

@@ -23,6 +23,7 @@ from api.routes.metrics import (
     READINGS_RESPONSES,
     AskedDep,
     ReadingsQueryDep,
+    SiteQuery,
     check_devices,
     respond,
 )
@@ -132,9 +133,10 @@ def patch_job(
             }
         ),
     ],
+    site: SiteQuery = None,
 ) -> JSONResponse:
     """E.g. `{"end": "2026-11-23T12:00:00Z", "state": "terminated"}` when the job ends."""
-    job = merged(get_job(clickhouse, job_id), patch)
+    job = merged(get_job(clickhouse, job_id, site), patch)
     return _written(request, job, 200)
 
 
@@ -148,6 +150,7 @@ def patch_job(
 def list_jobs(
     clickhouse: ClickHouseDep,
     user: Annotated[str | None, Query(examples=["alice"])] = None,
+    site: Annotated[str | None, Query(description="jobs of this site", examples=["nancy"])] = None,
     state: Annotated[JobState | None, Query()] = None,
     node: Annotated[str | None, Query(description="jobs that ran on this node")] = None,
     start_time: Annotated[str | None, Query(description="jobs running at or after this")] = None,
@@ -159,6 +162,7 @@ def list_jobs(
     sql, params = jobs_query(
         JobFilter(
             user=user,
+            site=site,
             state=state.value if state else None,
             node=node_id,
             start=parse_time("start_time", start_time),
@@ -173,11 +177,12 @@ def list_jobs(
     "/{job_id}",
     operation_id="get_job",
     response_model=Job,
-    responses={404: {"model": ErrorBody}},
+    responses={400: {"model": ErrorBody}, 404: {"model": ErrorBody}},
     summary="One job",
 )
-def read_job(clickhouse: ClickHouseDep, job_id: JobId) -> Job:
-    return get_job(clickhouse, job_id)
+def read_job(clickhouse: ClickHouseDep, job_id: JobId, site: SiteQuery = None) -> Job:
+    """400 naming the sites when the id exists at several and `site` is not given."""
+    return get_job(clickhouse, job_id, site)
 
 
 @router.get(
@@ -203,7 +208,7 @@ def get_job_metrics(
     runs). start_time and end_time narrow that span, never widen it."""
     asked = replace(query.asked, devices=parse_devices("devices", devices))
     check_devices("devices", asked.devices, settings)
-    selection = job_selection(get_job(clickhouse, job_id), asked)
+    selection = job_selection(get_job(clickhouse, job_id, asked.site), asked)
     return respond(clickhouse, settings, exports, query, selection, f"job-{job_id}")
 
 
@@ -211,7 +216,7 @@ def get_job_metrics(
     "/{job_id}/summary",
     operation_id="get_job_summary",
     response_model=JobSummary,
-    responses={404: {"model": ErrorBody}},
+    responses={400: {"model": ErrorBody}, 404: {"model": ErrorBody}},
     summary="Per node and metric statistics, and energy, of a job",
 )
 def get_job_summary(clickhouse: ClickHouseDep, asked: AskedDep, job_id: JobId) -> Response:
@@ -219,7 +224,7 @@ def get_job_summary(clickhouse: ClickHouseDep, asked: AskedDep, job_id: JobId) -
     metric (`_watt`) the energy in joules: the trapezoidal integral of power over the job,
     per node and source, not bridging gaps longer than 3 sampling periods (`covered_s` says
     how much of the job the integral covers), and its total over the nodes per source."""
-    job = get_job(clickhouse, job_id)
+    job = get_job(clickhouse, job_id, asked.site)
     summary = summarise(clickhouse, job, with_aliases(clickhouse, job_selection(job, asked)))
     return Response(orjson.dumps(summary), media_type="application/json")
 
@@ -228,13 +233,16 @@ def get_job_summary(clickhouse: ClickHouseDep, asked: AskedDep, job_id: JobId) -
     "/{job_id}/catalog",
     operation_id="get_job_catalog",
     response_model=list[CatalogEntry],
-    responses={404: {"model": ErrorBody}},
+    responses={400: {"model": ErrorBody}, 404: {"model": ErrorBody}},
     summary="The metrics present in a job's scope",
 )
-def get_job_catalog(clickhouse: ClickHouseDep, job_id: JobId) -> list[CatalogEntry]:
+def get_job_catalog(
+    clickhouse: ClickHouseDep, job_id: JobId, site: SiteQuery = None
+) -> list[CatalogEntry]:
     """Each device and metric of the scope with its number of readings, first and last
     time (Kwollect's available metrics, with counts)."""
-    selection = with_aliases(clickhouse, job_selection(get_job(clickhouse, job_id), EVERYTHING))
+    job = get_job(clickhouse, job_id, site)
+    selection = with_aliases(clickhouse, job_selection(job, EVERYTHING))
     if selection is None:
         return []
     sql, params = catalog_query(selection)

@@ -32,6 +32,14 @@ router = APIRouter(prefix="/api", tags=["metrics"])
 
 KWOLLECT_SUMMARY_STEP_S = 300
 Agg = Literal["avg", "min", "max", "sum", "count", "first", "last", "median", "p95"]
+SiteQuery = Annotated[
+    str | None,
+    Query(
+        description="a site of a central jobscope: its job (job ids are unique per site; "
+        "needed when the id exists at several) and its devices' readings",
+        examples=["nancy"],
+    ),
+]
 
 
 @dataclass(frozen=True)
@@ -67,6 +75,7 @@ def asked_params(
         list[str] | None,
         Query(description="key=value, repeatable: readings whose label key equals value"),
     ] = None,
+    site: SiteQuery = None,
 ) -> Asked:
     """Which readings: metrics, labels, times (devices are each endpoint's own)."""
     start, end = parse_time("start_time", start_time), parse_time("end_time", end_time)
@@ -80,6 +89,7 @@ def asked_params(
         labels=parse_labels(label),
         start=start,
         end=end,
+        site=site or None,
     )
 
 
@@ -223,7 +233,7 @@ def get_metrics(
     asked = replace(query.asked, devices=tuple(dict.fromkeys(named)))
     check_devices("devices" if devices else "nodes", asked.devices, settings)
     if job_id is not None:
-        selection = job_selection(get_job(clickhouse, job_id), asked)
+        selection = job_selection(get_job(clickhouse, job_id, asked.site), asked)
         return respond(clickhouse, settings, exports, query, selection, f"job-{job_id}")
     if not asked.devices:
         raise ParameterError("devices", "give devices, nodes or job_id")
