@@ -20,13 +20,14 @@ JSON_TOPIC ?=
 JSON_ENV := $(if $(filter 1,$(JSON_TOPIC)),JOBSCOPE_JSON_TOPIC=readings-json,$(if $(JSON_TOPIC),JOBSCOPE_JSON_TOPIC=$(JSON_TOPIC),))
 DEVICES_ENV := $(if $(filter sample,$(DEVICES)),JOBSCOPE_DEVICES_FILE=$(CURDIR)/producers/config/sample JOBSCOPE_SIMULATORS=true,$(if $(DEVICES),JOBSCOPE_DEVICES_FILE=$(abspath $(DEVICES)),))
 
-.PHONY: help up down status test test-fast lint format bench system-deps venv reset superset superset-venv helm-tools test-helm
+.PHONY: help up down status connect test test-fast lint format bench system-deps venv reset superset superset-venv helm-tools test-helm
 
 help:
 	@echo "make up        start Kafka, ClickHouse, producers (demo fleet) and the API"
 	@echo "               DEVICES=sample: SNMP + IPMI samples on simulated devices; DEVICES=path: yours"
 	@echo "               JSON_TOPIC=1: also every reading as JSON on topic readings-json"
 	@echo "make superset  Superset dashboards on 127.0.0.1:8088 against the running stack"
+	@echo "make connect   Kafka Connect beside the running stack: OAR jobs by change data capture"
 	@echo "make down      stop them (data kept in state/)"
 	@echo "make status    what runs, where it listens, where it logs"
 	@echo "make test      the whole test suite against real components"
@@ -59,6 +60,12 @@ status: venv
 
 test: system-deps venv superset-venv helm-tools
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Kafka Connect beside the stack `make up` started (a local OAR database unless
+# JOBSCOPE_CONNECT_LOCAL_OAR_DB=false), its connectors (connectors/*.json) registered;
+# `make down` stops them with the stack.
+connect: system-deps venv
+	$(PY) -m connectors up
 
 # The chart tests' tools (helm, kube-apiserver, etcd built with Go; .venv-helm), cached by version.
 helm-tools:

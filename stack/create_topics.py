@@ -30,7 +30,7 @@ def main() -> int:
     readings = topics.TopicSpec(
         topics.READINGS.name, settings.readings_partitions, topics.READINGS.config
     )
-    wanted = [readings, topics.JOBS, topics.ON_DEMAND]
+    wanted = [readings, topics.JOBS, topics.ON_DEMAND, topics.OAR_CHANGES]
     if settings.json_topic:
         json_copy = topics.json_readings(settings.json_topic)
         wanted.append(topics.TopicSpec(json_copy.name, readings.partitions, json_copy.config))

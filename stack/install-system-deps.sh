@@ -7,6 +7,7 @@
 #   prometheus-node-exporter  a real Prometheus exporter (stack/simulators/node_exporter.py)
 #   python3-venv/-gdbm   the separate venv of snmpsim (stack/simulators/snmpsim.py)
 #   chromium, chromium-driver  headless browser of the Superset dashboard test (tests/superset/)
+#   postgresql-15        OAR's database for the change data capture demo and tests (connectors/)
 set -eu
 
 need=""
@@ -22,6 +23,7 @@ have ipmitool || need="$need ipmitool"
 /usr/bin/python3 -c 'import dbm.gnu, venv, ensurepip' 2>/dev/null || need="$need python3-venv python3-gdbm"
 have chromium || need="$need chromium"
 have chromedriver || need="$need chromium-driver"
+[ -x /usr/lib/postgresql/15/bin/postgres ] || need="$need postgresql-15"
 
 [ -z "$need" ] && exit 0
 SUDO=""
@@ -34,4 +36,8 @@ DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recomme
 # loopback, so a service installed here is stopped and disabled.
 case "$need" in *prometheus-node-exporter*)
     [ ! -d /run/systemd/system ] || $SUDO systemctl disable --now prometheus-node-exporter.service || true ;;
+esac
+# Likewise PostgreSQL's system cluster: connectors/oar_postgres.py runs its own server.
+case "$need" in *postgresql-15*)
+    [ ! -d /run/systemd/system ] || $SUDO systemctl disable --now postgresql.service || true ;;
 esac

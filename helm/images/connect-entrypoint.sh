@@ -14,6 +14,9 @@ offset.storage.replication.factor=${CONNECT_REPLICATION_FACTOR}
 status.storage.replication.factor=${CONNECT_REPLICATION_FACTOR}
 key.converter=org.apache.kafka.connect.json.JsonConverter
 value.converter=org.apache.kafka.connect.json.JsonConverter
+key.converter.schemas.enable=false
+value.converter.schemas.enable=false
+plugin.path=/opt/kafka/plugins
 PROPERTIES
 exec java -Dlog4j2.configurationFile=/opt/kafka/config/log4j2.yaml \
     -cp '/opt/kafka/libs/*' org.apache.kafka.connect.cli.ConnectDistributed "$config"

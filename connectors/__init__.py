@@ -1,0 +1,1 @@
+"""Kafka Connect: a distributed worker and the connectors it runs (see connectors/README.md)."""

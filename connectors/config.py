@@ -1,0 +1,38 @@
+"""Settings of the Kafka Connect worker and its connectors (`make connect`)."""
+
+from __future__ import annotations
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ConnectSettings(BaseSettings):
+    """Every value can be set by an environment variable `JOBSCOPE_CONNECT_<NAME>`."""
+
+    model_config = SettingsConfigDict(env_prefix="JOBSCOPE_CONNECT_", extra="ignore")
+
+    rest_port: int = Field(8083, description="the worker's REST API on the stack's host")
+    heap: str = Field("512m", description="JVM heap of the worker")
+    connectors: list[str] = Field(
+        ["oar-jobs"], description="the connector files (connectors/<name>.json) to register"
+    )
+    local_oar_db: bool = Field(
+        True,
+        description="start a local PostgreSQL with OAR's tables (a demo) on oar_db_port; "
+        "false: the connector reads the site's OAR database at oar_db_host",
+    )
+    oar_db_host: str = "127.0.0.1"
+    oar_db_port: int = 5433
+    oar_db_name: str = "oar"
+    oar_db_user: str = Field("postgres", description="a role with REPLICATION")
+    oar_db_password: SecretStr = SecretStr("")
+
+    def placeholders(self) -> dict[str, str]:
+        """The values of the `${...}` placeholders of the connector files."""
+        return {
+            "OAR_DB_HOST": self.oar_db_host,
+            "OAR_DB_PORT": str(self.oar_db_port),
+            "OAR_DB_NAME": self.oar_db_name,
+            "OAR_DB_USER": self.oar_db_user,
+            "OAR_DB_PASSWORD": self.oar_db_password.get_secret_value(),
+        }
