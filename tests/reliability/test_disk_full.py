@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -38,6 +39,7 @@ DISK_SIZE = "64m"
 GROUP = MigrationSettings.model_fields["consumer_group"].default  # jobscope-clickhouse
 # What the engine writes when a part cannot be reserved or written (codes 243 and 75/76).
 SPACE_ERRORS = ("Not enough space", "Cannot reserve", "No space left on device")
+FILL_INTERVAL_S = 0.02
 
 
 def _mounted(path: Path) -> bool:
@@ -113,24 +115,36 @@ def small_disk_stack() -> Iterator[tuple[StackSettings, Path]]:
         _umount(disk)
 
 
-def _fill(disk: Path) -> Path:
-    """Write a file on `disk` until nothing more fits; return it."""
-    filler = disk / "filler"
-    block = b"\0" * (1 << 20)
-    with open(filler, "wb", buffering=0) as f:
-        try:
-            while True:
-                f.write(block)
-        except OSError as exc:
-            if exc.errno != errno.ENOSPC:
-                raise
-        try:
-            while True:  # the last, partial megabyte
-                f.write(b"\0" * 4096)
-        except OSError as exc:
-            if exc.errno != errno.ENOSPC:
-                raise
-    return filler
+class Filler(threading.Thread):
+    """Keeps `disk` full until stopped: space the engine frees (outdated parts removed after
+    a merge) is taken again within FILL_INTERVAL_S, so that no insert finds room."""
+
+    def __init__(self, disk: Path) -> None:
+        super().__init__(daemon=True)
+        self.path = disk / "filler"
+        self.stopped = threading.Event()
+        self.file = open(self.path, "wb", buffering=0)  # noqa: SIM115 (closed by stop)
+        self._fill()
+
+    def _fill(self) -> None:
+        for size in (1 << 20, 4096):  # megabytes, then the last partial one
+            try:
+                while True:
+                    self.file.write(b"\0" * size)
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+
+    def run(self) -> None:
+        while not self.stopped.wait(FILL_INTERVAL_S):
+            self._fill()
+
+    def stop(self) -> None:
+        """Stop filling and give the space back."""
+        self.stopped.set()
+        self.join(10)
+        self.file.close()
+        self.path.unlink()
 
 
 def _log_since(path: Path, offset: int) -> str:
@@ -234,7 +248,8 @@ def test_disk_full_stops_ingestion_loses_nothing_and_resumes(
     gen.wait_progress(0.25)
 
     offset = engine_log.stat().st_size if engine_log.exists() else 0
-    filler = _fill(disk)
+    filler = Filler(disk)
+    filler.start()
     try:
         wait_until(
             lambda: any(e in _log_since(engine_log, offset) for e in SPACE_ERRORS),
@@ -252,7 +267,7 @@ def test_disk_full_stops_ingestion_loses_nothing_and_resumes(
         assert still > uncommitted > 0, "no backlog of uncommitted messages grew while full"
         assert admin.command("SELECT 1") == 1, "the server stopped answering with the disk full"
     finally:
-        filler.unlink()
+        filler.stop()
 
     gen.join(120)
     assert not gen.is_alive() and gen.failed == [], gen.failed
