@@ -32,7 +32,8 @@ SYSTEMS: dict[str, Callable[[Path], System]] = {
     "victoriametrics": VictoriaMetrics,
     "postgres": Postgres,
 }
-ONLY_STEPS = ("freshness", "api", "abuse", "drain")  # jobscope's extra measurements (--only)
+# jobscope's extra measurements (--only)
+ONLY_STEPS = ("freshness", "api", "abuse", "floor", "drain")
 # Producers' polling benchmarks (bench/polling/<step>.py), after the storage part; with --only
 # naming nothing else, the storage part (data set, systems' load) is skipped.
 POLLING_STEPS = ("snmp", "ipmi", "ondemand", "prometheus", "wattmeter", "live")

@@ -15,6 +15,7 @@ HIGHER_IS_BETTER = {"ingest_readings_per_s"}
 # (row title, per-system result key, unit format)
 ROWS = [
     ("ingest, readings/s until all queryable", "ingest_readings_per_s", "{:,.0f}"),
+    ("ingest, CPU of the servers per reading, µs", "ingest_cpu_us_per_reading", "{:.2f}"),
     ("bytes per reading (float values)", "bytes_per_reading", "{:.2f}"),
     ("bytes per reading (integer values)", "bytes_per_reading_int", "{:.2f}"),
     ("query 100 devices x 10 min, s", "query_100dev_10min_s", "{:.3f}"),
@@ -85,16 +86,20 @@ def flatten(systems: dict[str, dict[str, Any]], extra: dict[str, Any]) -> dict[s
         "ingest_drain_overall_readings_per_s": ours.get("ingest_drain_overall_readings_per_s"),
         "consumer_start_s": ours.get("consumer_start_s"),
         "ingest_e2e_readings_per_s": ours.get("ingest_readings_per_s"),
+        "ingest_cpu_us_per_reading": ours.get("ingest_cpu_us_per_reading"),
         "freshness_p50_s": ours.get("freshness_p50_s"),
         "freshness_p99_s": ours.get("freshness_p99_s"),
         "query_100dev_10min_s": ours.get("query_100dev_10min_s"),
         "bytes_per_reading": ours.get("bytes_per_reading"),
         "bytes_per_reading_int": ours.get("bytes_per_reading_int"),
+        "query_floor_s": ours.get("query_floor_s"),
+        "engine_select1_s": ours.get("engine_select1_s"),
         **{key: ours.get(key) for key in (*API_KEYS, *ABUSE_KEYS)},
     }
     for peer in PEERS:
         r = systems.get(peer, {})
         out[f"{peer}_ingest_readings_per_s"] = r.get("ingest_readings_per_s")
+        out[f"{peer}_ingest_cpu_us_per_reading"] = r.get("ingest_cpu_us_per_reading")
         out[f"{peer}_bytes_per_reading"] = r.get("bytes_per_reading")
         out[f"{peer}_bytes_per_reading_int"] = r.get("bytes_per_reading_int")
         out[f"{peer}_query_100dev_10min_s"] = r.get("query_100dev_10min_s")
@@ -119,8 +124,8 @@ def flatten(systems: dict[str, dict[str, Any]], extra: dict[str, Any]) -> dict[s
     return out
 
 
-def _fmt(value: float | None, fmt: str) -> str:
-    return "n/a" if value is None else fmt.format(value)
+def _fmt(value: float | None, fmt: str, scale: float = 1) -> str:
+    return "n/a" if value is None else fmt.format(value * scale)
 
 
 def markdown(systems: dict[str, dict[str, Any]], results: dict[str, Any]) -> str:
@@ -276,6 +281,11 @@ def jobscope_rows(js: dict[str, Any]) -> list[tuple[str, str]]:
             "jobscope: freshness p50 / p99 under steady load, s",
             f"{_fmt(js.get('freshness_p50_s'), '{:.2f}')} / "
             f"{_fmt(js.get('freshness_p99_s'), '{:.2f}')}",
+        ),
+        (
+            "jobscope: query floor, `SELECT 1` through the HTTP front / in the engine, ms",
+            f"{_fmt(js.get('query_floor_s'), '{:.2f}', 1000)} / "
+            f"{_fmt(js.get('engine_select1_s'), '{:.3f}', 1000)}",
         ),
         *api_rows(js),
         *abuse_rows(js),

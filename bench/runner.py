@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.dataset import Dataset
+from bench.polling.cpu import cpu_seconds
 from bench.profiles import KEY_SELECTION, Profile, selections
 from bench.systems.base import Selection, System
 
@@ -53,7 +54,11 @@ def run_system(
         system.start()
         step = "load"
         log.info("%s: loading %s readings", system.label, f"{data.spec.readings:,}")
+        system.warm(data)
+        cpu_before = sum(cpu_seconds(pid) for pid in system.server_pids())
         ingest = system.load(data)
+        cpu_s = sum(cpu_seconds(pid) for pid in system.server_pids()) - cpu_before
+        result["ingest_cpu_us_per_reading"] = cpu_s / data.spec.readings * 1e6
         result["ingest_readings_per_s"] = ingest.readings_per_s
         result["ingest_seconds"] = ingest.seconds
         result["ingest_detail"] = ingest.extra

@@ -80,6 +80,14 @@ class System(ABC):
         """Load `data` into a separate, fresh store of the same kind and return its size."""
         raise NotImplementedError
 
+    def warm(self, data: Dataset) -> None:  # noqa: B027 (most systems have nothing to warm)
+        """What a running deployment has done before the load is timed."""
+
+    def server_pids(self) -> list[int]:
+        """The processes that ingest and store (with their children): the load's CPU is
+        theirs (`ingest_cpu_us_per_reading`)."""
+        return []
+
     def extra_measurements(
         self, data: Dataset, quick: bool, only: frozenset[str] | None = None
     ) -> dict[str, Any]:

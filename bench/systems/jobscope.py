@@ -28,6 +28,7 @@ import contextlib
 import logging
 import mmap
 import shutil
+import statistics
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -67,6 +68,7 @@ WARMUP_READINGS = 2_400_000  # produced to a topic of their own before the inges
 # Keyed by quick (True) or full run (False):
 VARIANT_SECONDS = {True: 50, False: 120}  # data drained per variant: 200,000 / 2.4 M readings
 FRESHNESS_S = {True: 12, False: 60}  # length of the steady-load phase
+FLOOR_REPEATS = 200
 
 # The format comparison's Kafka table: a row per reading in the format under test, with the
 # Kafka settings of the production table (clickhouse/migrations/0008_readings_as_arrays.sql,
@@ -147,16 +149,25 @@ class Jobscope(System):
         assert self.admin is not None
         return int(self.admin.command(f"SELECT count() FROM {database}.metrics"))
 
-    def load(self, data: Dataset) -> Ingest:
-        """End to end: produce everything to `readings`, wait until all of it is queryable.
-
-        The broker is a JVM: before the clock starts, WARMUP_READINGS of the data go to a topic
-        of their own (nothing consumes it), so that the broker's code is compiled as in a
-        running deployment (measured: cold, it spent 1.6-1.8 CPU-s on this load instead of
+    def warm(self, data: Dataset) -> None:
+        """The broker is a JVM: before the clock starts, WARMUP_READINGS of the data go to a
+        topic of their own (nothing consumes it), so that the broker's code is compiled as in
+        a running deployment (measured: cold, it spent 1.6-1.8 CPU-s on this load instead of
         0.9-1.1). The peers (Go, C) have nothing to warm."""
+        self._fill("bench-warmup", self._warmup(data), 100, payloads.PRODUCTION_FORMAT, arrays=True)
+
+    def _warmup(self, data: Dataset) -> Dataset:
         per_s = data.spec.devices * data.spec.metrics / data.spec.period_s
-        warmup = data.head(max(data.spec.period_s, int(WARMUP_READINGS / per_s)))
-        self._fill("bench-warmup", warmup, 100, payloads.PRODUCTION_FORMAT, arrays=True)
+        return data.head(max(data.spec.period_s, int(WARMUP_READINGS / per_s)))
+
+    def server_pids(self) -> list[int]:
+        """The broker and the ClickHouse server."""
+        found = (services.process(self.settings, name).pid() for name in ("kafka", "clickhouse"))
+        return [pid for pid in found if pid is not None]
+
+    def load(self, data: Dataset) -> Ingest:
+        """End to end: produce everything to `readings`, wait until all of it is queryable
+        (the broker warmed first: `warm`)."""
         parts = _messages(data)
         start = time.monotonic()
         produced = self._produce(topics.READINGS.name, parts, data, per_message=100, arrays=True)
@@ -178,7 +189,7 @@ class Jobscope(System):
                 "messages": produced,
                 "readings_per_message": 100,
                 "producers": PRODUCERS,
-                "broker_warmup_readings": warmup.spec.readings,
+                "broker_warmup_readings": self._warmup(data).spec.readings,
             },
         )
 
@@ -448,6 +459,7 @@ class Jobscope(System):
             ("freshness", lambda: self._freshness(data, quick)),
             ("api", lambda: self._api(data, quick)),
             ("abuse", lambda: self._abuse(quick)),
+            ("floor", self._floor),
             ("drain", lambda: self._drain_figures(data, quick)),
         ]
         for name, step in steps:
@@ -495,6 +507,23 @@ class Jobscope(System):
         assert self.reader is not None
         services.start_api(self.settings)
         return jobscope_api.measure(self.settings, self.reader, data, quick)
+
+    def _floor(self) -> dict[str, Any]:
+        """`query_floor_s`: the median of a one-row query (`SELECT 1`) as the query shapes
+        are fetched (clickhouse-connect through the HTTP front), beside the same statement in
+        an engine of this process (`engine_select1_s`): what the front adds to every query."""
+        assert self.reader is not None
+        reader = self.reader
+
+        def front() -> None:
+            reader.raw_query("SELECT 1", fmt="Native")
+
+        engine = chdb.connect(":memory:")  # a connection of its own, as the server keeps one
+        try:
+            in_engine = _median_s(lambda: engine.query("SELECT 1", "Native"))
+        finally:
+            engine.close()
+        return {"query_floor_s": _median_s(front), "engine_select1_s": in_engine}
 
     def _abuse(self, quick: bool) -> dict[str, Any]:
         """Issue 12's figures (bench/systems/jobscope_abuse.py) on the API started here, a
@@ -614,6 +643,18 @@ def _produce_one(
             return
         except BufferError:
             producer.poll(0.05)
+
+
+def _median_s(call: Callable[[], object], repeats: int = FLOOR_REPEATS) -> float:
+    """Median seconds of `call` after as many untimed warm-up calls."""
+    for _ in range(repeats):
+        call()
+    runs = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        call()
+        runs.append(time.perf_counter() - start)
+    return statistics.median(runs)
 
 
 def _log_drain(what: str, v: dict[str, Any]) -> None:

@@ -102,6 +102,11 @@ class Postgres(System):
             timeout=150,
         )
 
+    def server_pids(self) -> list[int]:
+        """The postmaster, whose children are the backends that ingest."""
+        pid_file = self.pgdata / "postmaster.pid"
+        return [int(pid_file.read_text().split()[0])] if pid_file.exists() else []
+
     def _connect(self) -> psycopg.Connection:
         return psycopg.connect(
             host="127.0.0.1", port=self.port, user="postgres", dbname="postgres", autocommit=True

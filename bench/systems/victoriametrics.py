@@ -69,6 +69,9 @@ class VictoriaMetrics(System):
         )
         wait_for(self._healthy, 60, "VictoriaMetrics to answer")
 
+    def server_pids(self) -> list[int]:
+        return [] if self.server is None else [self.server.proc.pid]
+
     def _healthy(self) -> bool:
         assert self.server is not None
         self.server.check_alive()
