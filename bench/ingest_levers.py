@@ -405,7 +405,7 @@ AS_READER = " SETTINGS final = 1, do_not_merge_across_partitions_select_final = 
 
 # A device's ten minutes together, by series within them. ClickHouse 26.1 does not prune such
 # a key by a condition on `timestamp` alone (measured: every granule of the device is read),
-# so the queries add the same condition on the bucket.
+# so the queries add the same condition on the bucket, or a minmax index on the time prunes.
 BUCKETED = "(device_id, toStartOfTenMinutes(timestamp), metric_id, sipHash64(labels), timestamp)"
 BUCKET_WHERE = (
     " AND toStartOfTenMinutes(timestamp) >= toStartOfTenMinutes({start:DateTime64(6, 'UTC')})"
@@ -418,7 +418,7 @@ class Layout:
     name: str
     order_by: str
     granularity: int = 8192
-    projection: str = ""  # PROJECTION clause added to the table, if any
+    addition: str = ""  # a PROJECTION or INDEX added to the table, if any
     where: str = ""  # added to the queries' conditions
 
 
@@ -430,9 +430,14 @@ LAYOUTS = (
     Layout("time first g1024", TIME_FIRST, 1024),
     Layout("10min bucket g8192, bucket in WHERE", BUCKETED, where=BUCKET_WHERE),
     Layout(
+        "10min bucket g8192, minmax index on time",
+        BUCKETED,
+        addition="INDEX by_time timestamp TYPE minmax GRANULARITY 1",
+    ),
+    Layout(
         "g8192 + projection by time",
         f"({SERIES_KEY}, timestamp)",
-        projection="PROJECTION by_time (SELECT * ORDER BY device_id, timestamp)",
+        addition="PROJECTION by_time (SELECT * ORDER BY device_id, timestamp)",
     ),
 )
 
@@ -475,14 +480,15 @@ def build_layout(engine: Engine, layout: Layout, parquet: str, index: int, migra
             engine.run(statement)
     # a projection of a ReplacingMergeTree must be rebuilt by merges (ClickHouse refuses it
     # otherwise)
-    rebuild = ", deduplicate_merge_projection_mode = 'rebuild'" if layout.projection else ""
+    projection = layout.addition.startswith("PROJECTION")
+    rebuild = ", deduplicate_merge_projection_mode = 'rebuild'" if projection else ""
     engine.run(
         f"CREATE TABLE metrics_layout AS metrics ENGINE = ReplacingMergeTree "
         f"PARTITION BY toDate(timestamp) ORDER BY {layout.order_by} "
         f"SETTINGS index_granularity = {layout.granularity}{rebuild}"
     )
-    if layout.projection:
-        engine.run(f"ALTER TABLE metrics_layout ADD {layout.projection}")
+    if layout.addition:
+        engine.run(f"ALTER TABLE metrics_layout ADD {layout.addition}")
     engine.run("DROP TABLE metrics")
     engine.run("RENAME TABLE metrics_layout TO metrics")
     engine.run(
