@@ -109,6 +109,20 @@ ROLLUP_MIGRATIONS = ("0011_", "0012_", "0013_", "0014_")
 # (the dedup key holds the same columns). Series are interleaved, so values' deltas grow.
 TIME_FIRST = "(device_id, timestamp, metric_id, sipHash64(labels))"
 SERIES_ORDER = "ORDER BY (device_id, metric_id, sipHash64(labels), timestamp)"  # of 0010
+# A device's ten minutes together, by series within them. ClickHouse 26.1 does not prune such
+# a key by a condition on `timestamp` alone (measured: every granule of the device is read),
+# so the queries add the same condition on the bucket, or a minmax index on the time prunes.
+BUCKETED = "(device_id, toStartOfTenMinutes(timestamp), metric_id, sipHash64(labels), timestamp)"
+BY_TIME_INDEX = "INDEX by_time timestamp TYPE minmax GRANULARITY 1"
+_TABLE_END = re.compile(r"\)\s*ENGINE = ReplacingMergeTree")
+
+
+def bucketed(statement: str) -> str:
+    """0010's `metrics` in 10-minute buckets with a minmax index on the time."""
+    if SERIES_ORDER not in statement:
+        return statement
+    statement = statement.replace(SERIES_ORDER, f"ORDER BY {BUCKETED}")
+    return _TABLE_END.sub(f",\n    {BY_TIME_INDEX}\n) ENGINE = ReplacingMergeTree", statement, 1)
 
 
 def without_tdigest(statement: str) -> str:
@@ -237,6 +251,14 @@ VARIANTS = (
         "current",
         edit=lambda s: s.replace(SERIES_ORDER, f"ORDER BY {TIME_FIRST}"),
         must_contain=f"ORDER BY {TIME_FIRST}",
+    ),
+    Variant(
+        "bucket_minmax",
+        "current, metrics in 10-minute buckets with a minmax index on the time",
+        CURRENT_QUEUE,
+        "current",
+        edit=bucketed,
+        must_contain=BY_TIME_INDEX,
     ),
     Variant(
         "only_1m",
@@ -403,10 +425,6 @@ SERIES_KEY = "device_id, metric_id, sipHash64(labels)"
 AS_READER = " SETTINGS final = 1, do_not_merge_across_partitions_select_final = 1"
 
 
-# A device's ten minutes together, by series within them. ClickHouse 26.1 does not prune such
-# a key by a condition on `timestamp` alone (measured: every granule of the device is read),
-# so the queries add the same condition on the bucket, or a minmax index on the time prunes.
-BUCKETED = "(device_id, toStartOfTenMinutes(timestamp), metric_id, sipHash64(labels), timestamp)"
 BUCKET_WHERE = (
     " AND toStartOfTenMinutes(timestamp) >= toStartOfTenMinutes({start:DateTime64(6, 'UTC')})"
     " AND toStartOfTenMinutes(timestamp) <= toStartOfTenMinutes({end:DateTime64(6, 'UTC')})"
@@ -432,7 +450,7 @@ LAYOUTS = (
     Layout(
         "10min bucket g8192, minmax index on time",
         BUCKETED,
-        addition="INDEX by_time timestamp TYPE minmax GRANULARITY 1",
+        addition=BY_TIME_INDEX,
     ),
     Layout(
         "g8192 + projection by time",
@@ -589,6 +607,11 @@ def main(argv: list[str] | None = None) -> int:
         help="the migrations to measure (default: the working tree's; e.g. a commit's, "
         "extracted with git archive)",
     )
+    parser.add_argument(
+        "--variants",
+        default=",".join(v.name for v in VARIANTS),
+        help="comma-separated ingest variants (default: all)",
+    )
     parser.add_argument("--skip-ingest", action="store_true")
     parser.add_argument("--skip-queries", action="store_true")
     args = parser.parse_args(argv)
@@ -598,7 +621,8 @@ def main(argv: list[str] | None = None) -> int:
         engine = Engine(folder / "engine")
         if not args.skip_ingest:
             data = load_or_generate(DatasetSpec(args.devices, args.seconds), DATA_ROOT)
-            print_ingest(engine, data, folder, args.repeats, args.migrations)
+            chosen = tuple(v for v in VARIANTS if v.name in args.variants.split(","))
+            print_ingest(engine, data, folder, args.repeats, args.migrations, chosen)
         if not args.skip_queries:
             spec = DatasetSpec(args.query_devices, args.query_hours * 3600)
             data = load_or_generate(spec, DATA_ROOT)
@@ -608,17 +632,22 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def print_ingest(
-    engine: Engine, data: Dataset, folder: Path, repeats: int, migrations: Path
+    engine: Engine,
+    data: Dataset,
+    folder: Path,
+    repeats: int,
+    migrations: Path,
+    variants: tuple[Variant, ...],
 ) -> None:
     """Every variant once per round (so that the machine's load falls on all alike), the best
     of the rounds."""
     files = write_payloads(data, folder)
     check_rejects(engine, migrations)
-    cpu: dict[str, list[float]] = {v.name: [] for v in VARIANTS}
-    wall: dict[str, list[float]] = {v.name: [] for v in VARIANTS}
+    cpu: dict[str, list[float]] = {v.name: [] for v in variants}
+    wall: dict[str, list[float]] = {v.name: [] for v in variants}
     reference = ""
     for _ in range(repeats):
-        for variant in VARIANTS:
+        for variant in variants:
             file = files[variant.payload]
             seconds, elapsed, contents = ingest_run(engine, variant, file, migrations)
             reference = reference or contents
@@ -629,7 +658,7 @@ def print_ingest(
     readings = data.spec.readings
     print(f"\nIngest: {data.spec.describe()}; CPU of one INSERT, best of {repeats}")
     print(f"| variant | what | CPU µs/reading | runs, CPU s | wall s |\n|{'---|' * 5}")
-    for variant in VARIANTS:
+    for variant in variants:
         runs = cpu[variant.name]
         print(
             f"| {variant.name} | {variant.what} | {min(runs) / readings * 1e6:.3f} "
