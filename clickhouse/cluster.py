@@ -48,6 +48,8 @@ _DDL_HEAD = re.compile(
       | DROP\s+(?:TABLE|VIEW|FUNCTION|DICTIONARY)(?:\s+IF\s+EXISTS)?
       | (?:ALTER|OPTIMIZE)\s+TABLE
       | TRUNCATE\s+TABLE(?:\s+IF\s+EXISTS)?
+      | DETACH\s+TABLE(?:\s+IF\s+EXISTS)?
+      | ATTACH\s+TABLE(?:\s+IF\s+NOT\s+EXISTS)?
     )\s+{_NAME})""",
     re.I | re.X,
 )
