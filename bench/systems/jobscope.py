@@ -71,8 +71,9 @@ FRESHNESS_S = {True: 12, False: 60}  # length of the steady-load phase
 FLOOR_REPEATS = 200
 
 # The format comparison's Kafka table: a row per reading in the format under test, with the
-# Kafka settings of the production table (clickhouse/migrations/0008_readings_as_arrays.sql,
-# same placeholders, rendered by clickhouse.migrate) except the error stream.
+# Kafka settings of the production table (clickhouse/migrations/0021_readings_consumers_
+# polled_together.sql, same placeholders, rendered by clickhouse.migrate) except the error
+# stream.
 BARE_QUEUE = (
     "CREATE TABLE ${TABLE} (" + READING_STRUCTURE + ")\n"
     """ENGINE = Kafka
@@ -82,7 +83,7 @@ SETTINGS
     kafka_group_name = '${CONSUMER_GROUP}',
     kafka_format = '${FORMAT}',
     kafka_num_consumers = ${KAFKA_CONSUMERS},
-    kafka_thread_per_consumer = 1,
+    kafka_thread_per_consumer = 0,
     kafka_flush_interval_ms = ${KAFKA_FLUSH_INTERVAL_MS},
     kafka_max_block_size = 65536"""
 )
