@@ -57,7 +57,7 @@ CPUS = 64
 VARIANTS = 8
 # Keyed by quick (True) or full run (False):
 TARGETS = {True: 20, False: 50}  # full: ~65,000 samples/s, half a core of the producer
-MEASURE_S = {True: 10, False: 60}  # whole periods
+MEASURE_S = {True: 8, False: 60}  # whole periods
 WARMUP_S = {True: 3, False: 10}
 START_TIMEOUT_S = 60.0
 PROMETHEUS = "/usr/bin/prometheus"

@@ -67,7 +67,7 @@ CHECK_INTERVAL_S = 0.05
 WARMUP_READINGS = 2_400_000  # produced to a topic of their own before the ingest is timed
 # Keyed by quick (True) or full run (False):
 VARIANT_SECONDS = {True: 50, False: 120}  # data drained per variant: 200,000 / 2.4 M readings
-FRESHNESS_S = {True: 12, False: 60}  # length of the steady-load phase
+FRESHNESS_S = {True: 10, False: 60}  # length of the steady-load phase
 FLOOR_REPEATS = 200
 
 # The format comparison's Kafka table: a row per reading in the format under test, with the

@@ -66,8 +66,8 @@ JOB_SECONDS = 60
 CLIENTS = 64
 ABUSERS = 16
 # Seconds of each phase (quick, full); the abuse phase's once every abuser has sent a query.
-WINDOW_S = {True: 4.0, False: 30.0}
-ABUSE_WINDOW_S = {True: 6.0, False: 60.0}
+WINDOW_S = {True: 3.0, False: 30.0}
+ABUSE_WINDOW_S = {True: 5.0, False: 60.0}
 REQUEST_TIMEOUT_S = {True: 20.0, False: 60.0}
 PROBE_DEVICE = "abuse-probe"
 PROBE_INTERVAL_S = 0.1
