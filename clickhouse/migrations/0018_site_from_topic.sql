@@ -14,9 +14,16 @@ CREATE OR REPLACE FUNCTION jobscope_topic_site AS (topic, name) ->
        substring(topic, 1, length(topic) - length(name) - 1),
        '');
 
+-- A Kafka table consumes while any view reads it: with its errors view alone in place, the
+-- valid readings (or jobs) it consumed would be committed and lost. So each errors view is
+-- dropped first and created again last (as 0015 and 0017 left it): in between, either the
+-- valid rows' view alone is in place, or no view and nothing is consumed; consumption then
+-- resumes from the committed offsets.
+
 -- Readings: the view of 0015 with the site's label added (a producer's own `_site` yields
--- to the topic's). Consumption stops between the two statements and resumes from the
--- committed offsets.
+-- to the topic's).
+DROP VIEW IF EXISTS readings_queue_errors_mv;
+
 DROP VIEW IF EXISTS readings_queue_metrics_mv;
 
 CREATE MATERIALIZED VIEW IF NOT EXISTS readings_queue_metrics_mv TO metrics AS
@@ -31,8 +38,27 @@ FROM readings_queue
 ARRAY JOIN readings AS r
 WHERE jobscope_reading_problem(r) = '';
 
+-- As 0015.
+CREATE MATERIALIZED VIEW IF NOT EXISTS readings_queue_errors_mv TO ingest_errors AS
+SELECT
+    now64(3) AS received_at,
+    _topic AS topic,
+    _partition AS partition,
+    _offset AS offset,
+    _key AS key,
+    if(_error != '', _raw_message,
+       formatRowNoNewline('JSONEachRow',
+           r.timestamp AS timestamp, r.device_id AS device_id, r.metric_id AS metric_id,
+           r.value AS value, r.labels AS labels)) AS raw_message,
+    if(_error != '', _error, jobscope_reading_problem(r)) AS error
+FROM readings_queue
+ARRAY JOIN if(_error != '', arrayResize(readings, 1),
+              arrayFilter(x -> jobscope_reading_problem(x) != '', readings)) AS r;
+
 -- Jobs: the table of 0016 keyed by (site, job_id), rebuilt (a key cannot take an existing
 -- column in place), with the view of 0017 taking the topic's site over the message's.
+DROP VIEW IF EXISTS jobs_queue_errors_mv;
+
 DROP VIEW IF EXISTS jobs_queue_mv;
 
 CREATE TABLE IF NOT EXISTS jobs_rebuilt
@@ -78,3 +104,18 @@ SELECT
     coalesce(jobscope_job_time(updated_at), now64(6)) AS updated_at
 FROM jobs_queue
 WHERE _error = '' AND jobscope_job_problem(job_id, state, start, end) = '';
+
+-- As 0017.
+CREATE MATERIALIZED VIEW IF NOT EXISTS jobs_queue_errors_mv TO ingest_errors AS
+SELECT
+    now64(3) AS received_at,
+    _topic AS topic,
+    _partition AS partition,
+    _offset AS offset,
+    _key AS key,
+    if(_error != '', _raw_message,
+       formatRowNoNewline('JSONEachRow', job_id, user, project, queue, nodes, start, end,
+           state, site, labels, updated_at)) AS raw_message,
+    if(_error != '', _error, jobscope_job_problem(job_id, state, start, end)) AS error
+FROM jobs_queue
+WHERE _error != '' OR jobscope_job_problem(job_id, state, start, end) != '';

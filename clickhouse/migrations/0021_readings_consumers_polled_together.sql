@@ -19,8 +19,11 @@
 -- exactly as 0015 (errors) and 0018 (metrics, with the topic's site) left them. The consumer
 -- group stays; consumption stops between the statements and resumes from the committed
 -- offsets. Statements are idempotent: a migration that fails midway runs again from the top.
-DROP VIEW IF EXISTS readings_queue_metrics_mv;
+-- The errors view goes first and comes back last: while only the metrics view is in place
+-- the engine goes on consuming, and every valid reading is stored (the other way round,
+-- valid readings consumed then would be committed and lost).
 DROP VIEW IF EXISTS readings_queue_errors_mv;
+DROP VIEW IF EXISTS readings_queue_metrics_mv;
 DROP TABLE IF EXISTS readings_queue;
 
 CREATE TABLE IF NOT EXISTS readings_queue
@@ -44,6 +47,19 @@ SETTINGS
     kafka_flush_interval_ms = ${KAFKA_FLUSH_INTERVAL_MS},
     kafka_max_block_size = 65536;
 
+-- As 0018; created first (see above).
+CREATE MATERIALIZED VIEW IF NOT EXISTS readings_queue_metrics_mv TO metrics AS
+WITH jobscope_topic_site(_topic, '${READINGS_TOPIC_NAME}') AS site
+SELECT
+    r.timestamp AS timestamp,
+    r.device_id AS device_id,
+    r.metric_id AS metric_id,
+    r.value AS value,
+    if(site = '', r.labels, mapUpdate(r.labels, map('_site', site))) AS labels
+FROM readings_queue
+ARRAY JOIN readings AS r
+WHERE jobscope_reading_problem(r) = '';
+
 -- As 0015: messages the parser rejected, raw, and readings that parsed but cannot be stored,
 -- as JSON: one row each in ingest_errors.
 CREATE MATERIALIZED VIEW IF NOT EXISTS readings_queue_errors_mv TO ingest_errors AS
@@ -61,16 +77,3 @@ SELECT
 FROM readings_queue
 ARRAY JOIN if(_error != '', arrayResize(readings, 1),
               arrayFilter(x -> jobscope_reading_problem(x) != '', readings)) AS r;
-
--- As 0018, created last: consumption starts once both destinations exist.
-CREATE MATERIALIZED VIEW IF NOT EXISTS readings_queue_metrics_mv TO metrics AS
-WITH jobscope_topic_site(_topic, '${READINGS_TOPIC_NAME}') AS site
-SELECT
-    r.timestamp AS timestamp,
-    r.device_id AS device_id,
-    r.metric_id AS metric_id,
-    r.value AS value,
-    if(site = '', r.labels, mapUpdate(r.labels, map('_site', site))) AS labels
-FROM readings_queue
-ARRAY JOIN readings AS r
-WHERE jobscope_reading_problem(r) = '';
