@@ -36,6 +36,10 @@ def time_query(
     return {"seconds": statistics.median(runs), "runs": runs, "values": expected}
 
 
+def _servers_cpu_s(system: System) -> float:
+    return sum(cpu_seconds(pid) for pid in system.server_pids())
+
+
 def run_system(
     system: System,
     data: Dataset,
@@ -55,9 +59,9 @@ def run_system(
         step = "load"
         log.info("%s: loading %s readings", system.label, f"{data.spec.readings:,}")
         system.warm(data)
-        cpu_before = sum(cpu_seconds(pid) for pid in system.server_pids())
+        cpu_before = _servers_cpu_s(system)
         ingest = system.load(data)
-        cpu_s = sum(cpu_seconds(pid) for pid in system.server_pids()) - cpu_before
+        cpu_s = _servers_cpu_s(system) - cpu_before
         result["ingest_cpu_us_per_reading"] = cpu_s / data.spec.readings * 1e6
         result["ingest_readings_per_s"] = ingest.readings_per_s
         result["ingest_seconds"] = ingest.seconds

@@ -58,6 +58,7 @@ _INSERT = re.compile(rf"^\s*INSERT\s+INTO\s+(?:TABLE\s+)?({_NAME})", re.I)
 _RENAME = re.compile(r"^\s*RENAME\s+TABLE\b", re.I)
 _RENAMED_TO = re.compile(rf"\bTO\s+({_NAME})", re.I)
 _ALTER_COLUMNS = re.compile(rf"^\s*ALTER\s+TABLE\s+({_NAME})\b.*\bCOLUMN\b", re.I | re.S)
+_READERS_TABLES = re.compile(r"\b(" + "|".join(map(re.escape, DISTRIBUTED)) + r")\b")
 _MERGE_TREE = re.compile(r"\bENGINE\s*=\s*(\w*)MergeTree\b(?:\s*\(([^()]*)\))?", re.I)
 
 
@@ -87,8 +88,9 @@ class ClusterLayout:
 
     def _rename(self, code: str) -> str:
         """`code` with the readers' tables replaced by the local ones, outside literals."""
-        names = re.compile(r"\b(" + "|".join(map(re.escape, DISTRIBUTED)) + r")\b")
-        return _outside_literals(code, lambda part: names.sub(lambda m: self.local(m[1]), part))
+        return _outside_literals(
+            code, lambda part: _READERS_TABLES.sub(lambda m: self.local(m[1]), part)
+        )
 
     def _replicated(self, code: str) -> str:
         if not self.replicated:

@@ -5,6 +5,12 @@ of the embedded default, or a real cluster), applies each file not yet recorded 
 `schema_migrations`, in name order, after substituting `${NAME}` placeholders from
 settings, and refuses to go on if a recorded file was edited after it was applied.
 Retention is the one setting that may change later: it is re-applied as a TTL change.
+
+A Kafka-engine table consumes whenever any view reads it, and commits what it consumed.
+A migration that replaces the views of such a table (readings_queue, jobs_queue) drops its
+errors view first and creates it again last, so that its other view is never missing while
+it consumes (0018, 0021); a rebuild of a table those views write to detaches the Kafka
+table meanwhile (0020).
 """
 
 from __future__ import annotations
@@ -18,10 +24,11 @@ from typing import Annotated
 
 import clickhouse_connect
 from clickhouse_connect.driver.client import Client
-from pydantic import Field, SecretStr, StringConstraints, field_validator
+from pydantic import BeforeValidator, Field, SecretStr, StringConstraints
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from clickhouse.cluster import ClusterLayout
+from stack.config import comma_separated
 from stack.topics import OAR_CHANGES
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
@@ -43,12 +50,11 @@ class MigrationSettings(BaseSettings):
     kafka_bootstrap: str = "127.0.0.1:9092"
     readings_topic: str = "readings"
     jobs_topic: str = "jobs"
-    sites: Annotated[list[SiteName], NoDecode] = Field(
+    sites: Annotated[list[SiteName], NoDecode, BeforeValidator(comma_separated)] = Field(
         default_factory=list,
         description="a central ClickHouse of several sites: the sites whose mirrored topics "
         "(`<site>.<readings_topic>`, `<site>.<jobs_topic>`, `<site>.oar-changes`) it consumes, "
-        "comma-separated; "
-        "empty: one site, consuming its own topics",
+        "comma-separated; empty: one site, consuming its own topics",
     )
     consumer_group: str = "jobscope-clickhouse"
     kafka_consumers: int = Field(2, ge=1, description="Kafka engine consumers (<= partitions)")
@@ -77,13 +83,6 @@ class MigrationSettings(BaseSettings):
     clickhouse_local_suffix: str = Field(
         "_local", description="on a cluster: suffix of the tables behind the Distributed ones"
     )
-
-    @field_validator("sites", mode="before")
-    @classmethod
-    def _split_sites(cls, value: object) -> object:
-        return (
-            [s.strip() for s in value.split(",") if s.strip()] if isinstance(value, str) else value
-        )
 
     def subscribed(self, topic: str) -> list[str]:
         """The topics the consumer of `topic` reads: the sites' mirrored copies, or `topic`."""
@@ -167,6 +166,7 @@ def apply_migrations(
     texts = {path.name: path.read_text() for path in sorted(directory.glob("*.sql"))}
     replaced_by = {old: name for name, text in texts.items() for old in superseded(text)}
     applied = []
+    placeholders, layout = settings.placeholders(), settings.layout()
     for name, text in texts.items():
         checksum = hashlib.sha256(text.encode()).hexdigest()
         if name in recorded:
@@ -178,14 +178,19 @@ def apply_migrations(
         if name in replaced_by:  # a later file replaces what this one would create: skip it
             log.info("skipped %s (superseded by %s)", name, replaced_by[name])
         else:
-            for statement in statements(render(text, settings.placeholders())):
-                for part in settings.layout().render(statement):
-                    client.command(part)
+            for statement in statements(render(text, placeholders)):
+                run_statement(client, layout, statement)
             applied.append(name)
             log.info("applied %s", name)
         client.insert("schema_migrations", [[name, checksum]], column_names=["name", "checksum"])
-    ensure_retention(client, settings.retention_days, settings.layout())
+    ensure_retention(client, settings.retention_days, layout)
     return applied
+
+
+def run_statement(client: Client, layout: ClusterLayout, statement: str) -> None:
+    """Run `statement` as the layout renders it (on a cluster: several statements)."""
+    for part in layout.render(statement):
+        client.command(part)
 
 
 # The tables whose TTL follows the configured retention, with the time their TTL counts from.
@@ -208,8 +213,7 @@ def ensure_retention(client: Client, days: int, layout: ClusterLayout) -> None:
             raise RuntimeError(f"{table} has no TTL in days: cannot check the retention")
         if int(match.group(1)) != days:
             alter = f"ALTER TABLE {table} MODIFY TTL {since} + INTERVAL {days:d} DAY"
-            for part in layout.render(alter):
-                client.command(part)
+            run_statement(client, layout, alter)
             log.info("retention of %s changed to %d days", table, days)
 
 
