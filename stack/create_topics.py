@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -27,16 +28,15 @@ class TopicSettings(BaseSettings):
 
 def main() -> int:
     settings = TopicSettings()
-    readings = topics.TopicSpec(
-        topics.READINGS.name, settings.readings_partitions, topics.READINGS.config
+    optional = (topics.json_readings(settings.json_topic),) if settings.json_topic else ()
+    readings = (topics.READINGS, *optional)  # with this cluster's partitions
+    wanted = tuple(
+        replace(t, partitions=settings.readings_partitions) if t in readings else t
+        for t in (*topics.ALL_TOPICS, *optional)
     )
-    wanted = [readings, topics.JOBS, topics.ON_DEMAND, topics.OAR_CHANGES]
-    if settings.json_topic:
-        json_copy = topics.json_readings(settings.json_topic)
-        wanted.append(topics.TopicSpec(json_copy.name, readings.partitions, json_copy.config))
     topics.ensure_topics(
         settings.kafka_bootstrap,
-        tuple(wanted),
+        wanted,
         replication_factor=settings.kafka_replication_factor,
         min_insync_replicas=settings.kafka_min_insync_replicas,
     )
