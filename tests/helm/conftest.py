@@ -7,29 +7,14 @@ import os
 import secrets
 import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 
-from stack.processes import wait_until
+from stack.processes import ManagedProcess, wait_until
 from tests.helm.helm_tools import Cluster, tool
 
 HOST = "127.0.0.1"
-
-
-def _start(argv: list[str], log: Path) -> subprocess.Popen[bytes]:
-    with log.open("wb") as out:
-        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
 
 
 def _healthy(url: str, token: str) -> bool:
@@ -46,7 +31,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     (work / "tokens.csv").write_text(f"{token},admin,admin,system:masters\n")
     key = work / "sa.key"
     subprocess.run(["openssl", "genrsa", "-out", str(key), "2048"], check=True, capture_output=True)
-    etcd = _start(
+    etcd = ManagedProcess("etcd", work, work)
+    etcd.start(
         [
             str(tool("etcd")),
             "--data-dir", str(work / "etcd"),
@@ -55,10 +41,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             "--listen-peer-urls", f"http://{HOST}:{etcd_peer_port}",
             "--initial-advertise-peer-urls", f"http://{HOST}:{etcd_peer_port}",
             "--initial-cluster", f"default=http://{HOST}:{etcd_peer_port}",
-        ],
-        work / "etcd.log",
+        ]
     )  # fmt: skip
-    apiserver = _start(
+    apiserver = ManagedProcess("kube-apiserver", work, work)
+    apiserver.start(
         [
             str(tool("kube-apiserver")),
             "--etcd-servers", f"http://{HOST}:{etcd_port}",
@@ -72,8 +58,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             "--service-account-key-file", str(key),
             "--service-account-signing-key-file", str(key),
             "--service-cluster-ip-range", "10.96.0.0/16",
-        ],
-        work / "kube-apiserver.log",
+        ]
     )  # fmt: skip
     url = f"https://{HOST}:{api_port}"
     kubeconfig = work / "kubeconfig"
@@ -88,9 +73,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         try:
             wait_until(lambda: _healthy(url, token), 90, "kube-apiserver /readyz")
         except TimeoutError:
-            log = (work / "kube-apiserver.log").read_text()[-3000:]
+            log = apiserver.log_file.read_text()[-3000:]
             pytest.fail(f"kube-apiserver did not become ready; its log ends with:\n{log}")
         yield Cluster(url, token, kubeconfig)
     finally:
-        _stop(apiserver)
-        _stop(etcd)
+        apiserver.stop()
+        etcd.stop()
