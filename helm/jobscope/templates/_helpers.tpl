@@ -60,6 +60,19 @@ app.kubernetes.io/part-of: jobscope
 {{- end }}
 {{- end }}
 
+{{/* What every pod of the release shares: the ServiceAccount (its token not mounted), the
+image pull Secrets, the pod security context. */}}
+{{- define "jobscope.podDefaults" -}}
+serviceAccountName: {{ include "jobscope.serviceAccountName" . }}
+automountServiceAccountToken: false
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+securityContext:
+  {{- toYaml .Values.podSecurityContext | nindent 2 }}
+{{- end }}
+
 {{/* Name of the chart's Secret of credentials (when no existing Secret is given). */}}
 {{- define "jobscope.credentialsSecret" -}}
 {{- printf "%s-credentials" (include "jobscope.fullname" .) }}
