@@ -82,6 +82,16 @@ def test_every_container_runs_unprivileged_on_a_read_only_root() -> None:
                 assert "resources" in container, where
 
 
+def test_every_pod_pulls_with_the_image_pull_secrets() -> None:
+    """The helm test pod too: it pulls the API's image."""
+    pull_secret = ["--set", "imagePullSecrets[0].name=r"]
+    for doc in render("-f", str(CHART / "ci" / "large-site.yaml"), *pull_secret):
+        spec = doc.get("spec", {})
+        pod = spec["template"]["spec"] if "template" in spec else spec
+        if "containers" in pod:
+            assert pod["imagePullSecrets"] == [{"name": "r"}], doc["metadata"]["name"]
+
+
 def test_large_site_has_eight_producer_shards_each_with_its_own_slice() -> None:
     docs = scenario("large-site")
     producers = {
