@@ -33,7 +33,7 @@ SYSTEMS: dict[str, Callable[[Path], System]] = {
     "postgres": Postgres,
 }
 # jobscope's extra measurements (--only)
-ONLY_STEPS = ("freshness", "api", "abuse", "floor", "drain")
+ONLY_STEPS = ("rollups", "freshness", "api", "abuse", "floor", "drain")
 # Producers' polling benchmarks (bench/polling/<step>.py), after the storage part; with --only
 # naming nothing else, the storage part (data set, systems' load) is skipped.
 POLLING_STEPS = ("snmp", "ipmi", "ondemand", "prometheus", "wattmeter", "live")

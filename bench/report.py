@@ -87,6 +87,8 @@ def flatten(systems: dict[str, dict[str, Any]], extra: dict[str, Any]) -> dict[s
         "consumer_start_s": ours.get("consumer_start_s"),
         "ingest_e2e_readings_per_s": ours.get("ingest_readings_per_s"),
         "ingest_cpu_us_per_reading": ours.get("ingest_cpu_us_per_reading"),
+        "rollup_cpu_us_per_reading": ours.get("rollup_cpu_us_per_reading"),
+        "rollup_seconds": ours.get("rollup_seconds"),
         "freshness_p50_s": ours.get("freshness_p50_s"),
         "freshness_p99_s": ours.get("freshness_p99_s"),
         "query_100dev_10min_s": ours.get("query_100dev_10min_s"),
@@ -276,6 +278,12 @@ def jobscope_rows(js: dict[str, Any]) -> list[tuple[str, str]]:
         (
             "jobscope: drain overall (schema applied until all queryable), readings/s",
             _fmt(js.get("ingest_drain_overall_readings_per_s"), "{:,.0f}"),
+        ),
+        (
+            "jobscope: rollups of the loaded readings (refreshed after the ingest), CPU of the "
+            "servers per reading, µs / wall, s",
+            f"{_fmt(js.get('rollup_cpu_us_per_reading'), '{:.2f}')} / "
+            f"{_fmt(js.get('rollup_seconds'), '{:.2f}')}",
         ),
         (
             "jobscope: freshness p50 / p99 under steady load, s",

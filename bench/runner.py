@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from bench.dataset import Dataset
-from bench.polling.cpu import cpu_seconds
 from bench.profiles import KEY_SELECTION, Profile, selections
 from bench.systems.base import Selection, System
 
@@ -36,10 +35,6 @@ def time_query(
     return {"seconds": statistics.median(runs), "runs": runs, "values": expected}
 
 
-def _servers_cpu_s(system: System) -> float:
-    return sum(cpu_seconds(pid) for pid in system.server_pids())
-
-
 def run_system(
     system: System,
     data: Dataset,
@@ -59,9 +54,9 @@ def run_system(
         step = "load"
         log.info("%s: loading %s readings", system.label, f"{data.spec.readings:,}")
         system.warm(data)
-        cpu_before = _servers_cpu_s(system)
+        cpu_before = system.servers_cpu_s()
         ingest = system.load(data)
-        cpu_s = _servers_cpu_s(system) - cpu_before
+        cpu_s = system.servers_cpu_s() - cpu_before
         result["ingest_cpu_us_per_reading"] = cpu_s / data.spec.readings * 1e6
         result["ingest_readings_per_s"] = ingest.readings_per_s
         result["ingest_seconds"] = ingest.seconds

@@ -6,12 +6,13 @@ migration renders for a cluster without a copy of its SQL:
 - every DDL statement gets `ON CLUSTER <cluster>`;
 - `*MergeTree` engines become `Replicated*MergeTree('<keeper path>', '{replica}', ...)`
   (unless JOBSCOPE_CLICKHOUSE_REPLICATED=false: shards without replicas);
-- each table readers query (`DISTRIBUTED`) is stored as `<name><local suffix>` on every
-  host, and `<name>` becomes a `Distributed` table over it, so readers (the API, Superset)
-  keep their table names; it is created again after each statement that sets the local
-  table's columns (CREATE, RENAME into place, ALTER ... COLUMN). Views write to and read
-  from the local tables, so each host's Kafka-engine table (one per host, all in one
-  consumer group: hosts split the partitions) feeds its own shard;
+- each table (or plain view) readers query (`DISTRIBUTED`) is stored as
+  `<name><local suffix>` on every host, and `<name>` becomes a `Distributed` table over it,
+  so readers (the API, Superset) keep their table names; it is created again after each
+  statement that sets the local table's columns (CREATE, RENAME into place, ALTER ...
+  COLUMN). Materialized views write to and read from the local tables, so each host's
+  Kafka-engine table (one per host, all in one consumer group: hosts split the partitions)
+  feeds its own shard, and each host's refreshes compute its own rollups;
 - `INSERT ... SELECT` (a backfill) into a reader's table reads and writes through the
   Distributed tables, so it covers the whole cluster; other INSERTs (a rebuild's copy)
   run on the host the migrator is connected to, over its local tables.
@@ -33,6 +34,10 @@ DISTRIBUTED = {
     "metrics_1h": "cityHash64(device_id)",
     "metrics_latest": "cityHash64(device_id)",
     "device_aliases": "cityHash64(device_id)",
+    # views over each host's own tables (0022): each shard answers with its own marks
+    "rollup_pending_1m": "rand()",
+    "rollup_pending_1h": "rand()",
+    "metrics_newest": "rand()",
     "jobs": "cityHash64(job_id)",
 }
 
@@ -53,7 +58,9 @@ _DDL_HEAD = re.compile(
     )\s+{_NAME})""",
     re.I | re.X,
 )
-_CREATE_TABLE = re.compile(rf"^\s*CREATE\s+TABLE(?:\s+IF\s+NOT\s+EXISTS)?\s+({_NAME})", re.I)
+_CREATE_TABLE = re.compile(
+    rf"^\s*CREATE\s+(?:OR\s+REPLACE\s+)?(?:TABLE|VIEW)(?:\s+IF\s+NOT\s+EXISTS)?\s+({_NAME})", re.I
+)
 _INSERT = re.compile(rf"^\s*INSERT\s+INTO\s+(?:TABLE\s+)?({_NAME})", re.I)
 _RENAME = re.compile(r"^\s*RENAME\s+TABLE\b", re.I)
 _RENAMED_TO = re.compile(rf"\bTO\s+({_NAME})", re.I)

@@ -16,6 +16,7 @@ from clickhouse_connect.driver.client import Client
 
 from stack import secrets, services
 from stack.config import REPO_ROOT, StackSettings
+from stack.processes import wait_until
 
 
 @pytest.fixture(scope="session")
@@ -78,3 +79,18 @@ def api_tokens(stack_settings: StackSettings) -> dict[str, str]:
         "admin": values["JOBSCOPE_ADMIN_TOKEN"],
         "scheduler": values["JOBSCOPE_SCHEDULER_TOKEN"],
     }
+
+
+def wait_for_rollups(client: Client, device: str, readings: int, timeout: float = 180.0) -> None:
+    """Wait until the 1-minute and the 1-hour rollups hold `readings` readings of `device`
+    (refreshed once their minutes are past: clickhouse/migrations/0022)."""
+
+    def rolled_up() -> bool:
+        counts = client.query(
+            "SELECT (SELECT sum(count) FROM metrics_1m FINAL WHERE device_id = {d:String}), "
+            "(SELECT sum(count) FROM metrics_1h FINAL WHERE device_id = {d:String})",
+            parameters={"d": device},
+        ).first_row
+        return list(counts) == [readings, readings]
+
+    wait_until(rolled_up, timeout, f"the rollups to hold the {readings} readings of {device}")

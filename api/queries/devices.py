@@ -1,4 +1,5 @@
-"""Devices and their newest readings, from the latest-value table (not a scan of raw data)."""
+"""Devices and their newest readings, from `metrics_newest` (the latest-value table, and raw
+readings of the minutes it does not hold yet: clickhouse/migrations/0022), not a scan."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ def devices_query() -> tuple[str, dict[str, Any]]:
     return (
         "SELECT device_id, toInt64(uniqExact(metric_id)) AS metrics, "
         f"{iso_sql('max(timestamp)')} AS last_reading "
-        "FROM metrics_latest GROUP BY device_id ORDER BY device_id",
+        "FROM metrics_newest GROUP BY device_id ORDER BY device_id",
         {},
     )
 
@@ -20,7 +21,7 @@ def devices_query() -> tuple[str, dict[str, Any]]:
 def latest_query(device_id: str) -> tuple[str, dict[str, Any]]:
     return (
         f"SELECT {iso_sql('timestamp')} AS timestamp, device_id, metric_id, value, "
-        "labels FROM metrics_latest WHERE device_id = {device_id:String} "
+        "labels FROM metrics_newest WHERE device_id = {device_id:String} "
         "ORDER BY metric_id, labels_hash",
         {"device_id": device_id},
     )
@@ -30,7 +31,7 @@ def recent_metrics_query(since: datetime, until: datetime) -> tuple[str, dict[st
     """Every device and metric whose newest reading lies in (since, until]: what reported
     lately, when `until` is now."""
     return (
-        "SELECT DISTINCT device_id, metric_id FROM metrics_latest "
+        "SELECT DISTINCT device_id, metric_id FROM metrics_newest "
         "WHERE timestamp > {since:DateTime64(6, 'UTC')} "
         "AND timestamp <= {until:DateTime64(6, 'UTC')} ORDER BY device_id, metric_id",
         {"since": since, "until": until},

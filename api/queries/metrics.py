@@ -216,6 +216,13 @@ AGGS: dict[str, tuple[tuple[str, ...], str]] = {
     ),
 }
 ROLLUPS = ((3600, "metrics_1h"), (60, "metrics_1m"))
+# Per rollup: the view of the (device_id, bucket) it does not hold whole yet (refreshed after
+# their minute or hour: clickhouse/migrations/0022), and the function rounding a time down
+# to its bucket. Those buckets are read from raw readings.
+_PENDING = {
+    "metrics_1h": ("rollup_pending_1h", "toStartOfHour"),
+    "metrics_1m": ("rollup_pending_1m", "toStartOfMinute"),
+}
 _BUCKET = "toStartOfInterval({time}, toIntervalSecond({{step:UInt32}}))"
 
 
@@ -261,16 +268,24 @@ def stepped_rows(s: Selection, step_s: int, agg: str, params: dict[str, Any]) ->
         width, table = rollup
         params["full_from"], params["full_to"] = _full_buckets(s.start, s.end, width)
         rollup_cols = ", ".join(f"{_PARTS[p].rollup} AS p_{p}" for p in parts)
+        view, bucket_of = _PENDING[table]
+        pending = (
+            f"(SELECT device_id, bucket FROM {view} WHERE device_id IN {{devices:Array(String)}} "
+            "OR device_id IN {aliased:Array(String)})"
+        )
         states = (
             f"SELECT bucket AS t, {series}, labels AS lab, {rollup_cols} FROM {table} "
             "WHERE bucket >= {full_from:DateTime64(6, 'UTC')} "
             f"AND bucket < {{full_to:DateTime64(6, 'UTC')}} AND {_reach(s, table)}{extra} "
+            f"AND (device_id, bucket) NOT IN {pending} "
             "UNION ALL "
-            # the ragged ends, as two ranges the primary key can find
+            # the ragged ends, as two ranges the primary key can find, and the buckets the
+            # rollup does not hold whole yet
             + raw_states(
                 f"metrics.timestamp BETWEEN {_SPAN} "
                 "AND (metrics.timestamp < {full_from:DateTime64(6, 'UTC')} "
-                "OR metrics.timestamp >= {full_to:DateTime64(6, 'UTC')})"
+                "OR metrics.timestamp >= {full_to:DateTime64(6, 'UTC')} "
+                f"OR (device_id, {bucket_of}(metrics.timestamp)) IN {pending})"
             )
         )
     merged_cols = ", ".join(f"{_PARTS[p].merge}(p_{p}) AS p_{p}" for p in parts)

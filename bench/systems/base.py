@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from bench.dataset import Dataset
+from bench.polling.cpu import cpu_seconds
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,10 @@ class System(ABC):
         """The processes that ingest and store (with their children): the load's CPU is
         theirs (`ingest_cpu_us_per_reading`)."""
         return []
+
+    def servers_cpu_s(self) -> float:
+        """CPU seconds the server processes have used so far."""
+        return sum(cpu_seconds(pid) for pid in self.server_pids())
 
     def extra_measurements(
         self, data: Dataset, quick: bool, only: frozenset[str] | None = None

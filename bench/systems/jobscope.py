@@ -69,6 +69,8 @@ WARMUP_READINGS = 2_400_000  # produced to a topic of their own before the inges
 VARIANT_SECONDS = {True: 50, False: 120}  # data drained per variant: 200,000 / 2.4 M readings
 FRESHNESS_S = {True: 10, False: 60}  # length of the steady-load phase
 FLOOR_REPEATS = 200
+# The rollups' refreshable views (clickhouse/migrations/0022), in the order they feed.
+ROLLUP_REFRESHES = ("metrics_1m_refresh", "metrics_1h_refresh")
 
 # The format comparison's Kafka table: a row per reading in the format under test, with the
 # Kafka settings of the production table (clickhouse/migrations/0021_readings_consumers_
@@ -156,6 +158,14 @@ class Jobscope(System):
         a running deployment (measured: cold, it spent 1.6-1.8 CPU-s on this load instead of
         0.9-1.1). The peers (Go, C) have nothing to warm."""
         self._fill("bench-warmup", self._warmup(data), 100, payloads.PRODUCTION_FORMAT, arrays=True)
+        self._refreshes("STOP")  # their cost is measured on its own: `_rollups`
+
+    def _refreshes(self, action: str) -> None:
+        """`SYSTEM <action> VIEW` (STOP, START, REFRESH, WAIT) of each rollup refresh, in
+        order: the hourly one reads the 1-minute one."""
+        assert self.admin is not None
+        for view in ROLLUP_REFRESHES:
+            self.admin.command(f"SYSTEM {action} VIEW {view}")
 
     def _warmup(self, data: Dataset) -> Dataset:
         per_s = data.spec.devices * data.spec.metrics / data.spec.period_s
@@ -457,6 +467,7 @@ class Jobscope(System):
         # Freshness and the API first, while the server holds only the production pipeline;
         # each drain drops its database (and so its consumers) once its figures are taken.
         steps: list[tuple[str, Callable[[], dict[str, Any]]]] = [
+            ("rollups", lambda: self._rollups(data)),
             ("freshness", lambda: self._freshness(data, quick)),
             ("api", lambda: self._api(data, quick)),
             ("abuse", lambda: self._abuse(quick)),
@@ -465,6 +476,8 @@ class Jobscope(System):
         ]
         for name, step in steps:
             if only is not None and name not in only:
+                if name == "rollups":
+                    self._refreshes("START")
                 continue
             log.info("jobscope: %s", name)
             try:
@@ -477,6 +490,35 @@ class Jobscope(System):
         if failed:
             out["failed_measurements"] = failed
         return out
+
+    def _rollups(self, data: Dataset) -> dict[str, Any]:
+        """The rollups' share of the ingest (paused while it was timed): once the minute of
+        the last insert is past (a refresh takes the inserts of whole minutes), the servers'
+        CPU while the 1-minute and 1-hour refreshes compute the loaded readings, per reading
+        (`rollup_cpu_us_per_reading`), and the refreshes' wall time."""
+        assert self.admin is not None
+        admin = self.admin
+        ready = admin.command(
+            "SELECT dateDiff('millisecond', now64(3), toStartOfMinute(max(noted_at)) "
+            "+ INTERVAL 70 SECOND) FROM rollup_pending"
+        )
+        time.sleep(max(0, int(ready)) / 1000)  # type: ignore[arg-type]
+        cpu_before, began = self.servers_cpu_s(), time.monotonic()
+        self._refreshes("START")
+        for view in ROLLUP_REFRESHES:
+            admin.command(f"SYSTEM REFRESH VIEW {view}")
+            admin.command(f"SYSTEM WAIT VIEW {view}")
+        seconds, cpu_s = time.monotonic() - began, self.servers_cpu_s() - cpu_before
+        counts = admin.query(
+            "SELECT (SELECT sum(count) FROM metrics_1m FINAL), "
+            "(SELECT sum(count) FROM metrics_1h FINAL)"
+        ).first_row
+        if list(counts) != [data.spec.readings] * 2:
+            raise RuntimeError(f"the rollups count {counts} readings, {data.spec.readings} sent")
+        return {
+            "rollup_cpu_us_per_reading": cpu_s / data.spec.readings * 1e6,
+            "rollup_seconds": seconds,
+        }
 
     def _drain_figures(self, data: Dataset, quick: bool) -> dict[str, Any]:
         """The drain of the whole data set (production schema and format), then of its first

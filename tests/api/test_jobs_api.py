@@ -17,6 +17,7 @@ from clickhouse_connect.driver.client import Client
 from confluent_kafka import Producer
 
 from tests.api.conftest import Row, iso, wait_for_job
+from tests.conftest import wait_for_rollups
 
 
 def _auth(token: str) -> dict[str, str]:
@@ -265,11 +266,16 @@ def test_as_rate_across_counter32_wrap_and_reset(
 
 
 def test_steps_from_rollups_agree_with_raw(
-    api_url: str, insert_readings: Callable[[list[Row]], None], post_job: Callable[..., Any]
+    api_url: str,
+    admin_client: Client,
+    insert_readings: Callable[[list[Row]], None],
+    post_job: Callable[..., Any],
 ) -> None:
     """Over 3 h of 5 s readings, a job starting and ending mid-minute: every aggregate at
     1 min and 1 h (rollups for whole buckets, raw for the ragged ends) equals the same
-    aggregate computed from the raw readings here; quantiles are t-digest estimates."""
+    aggregate computed from the raw readings here; quantiles are t-digest estimates. Right
+    after the insert, before the rollups are refreshed (their buckets read from raw
+    readings), and once the rollups hold them."""
     node = f"ru{uuid.uuid4().hex[:6]}"
     base = datetime(2026, 11, 22, 6, 0, 0)
     values = {
@@ -283,6 +289,12 @@ def test_steps_from_rollups_agree_with_raw(
         job_id=job, nodes=[node], start=start.isoformat(), end=end.isoformat(), state="terminated"
     )
     inside = {t: v for t, v in values.items() if start <= t <= end}
+    _assert_steps(api_url, job, inside)
+    wait_for_rollups(admin_client, node, len(values))
+    _assert_steps(api_url, job, inside)
+
+
+def _assert_steps(api_url: str, job: str, inside: dict[datetime, float]) -> None:
     for step, width in (("1m", 60), ("1h", 3600), ("30s", 30)):
         buckets: dict[datetime, list[tuple[datetime, float]]] = {}
         for t, v in sorted(inside.items()):

@@ -20,6 +20,7 @@ from clickhouse_connect.driver.exceptions import DatabaseError
 from api.routes.dashboard import job_dashboard_path
 from stack import services, superset
 from stack.config import REPO_ROOT
+from tests.conftest import wait_for_rollups
 from tests.superset.conftest import (
     COLUMNS,
     Scene,
@@ -232,6 +233,7 @@ def test_long_jobs_read_a_rollup_with_the_api_figures(
     ]
     admin_client.insert("metrics", rows, column_names=COLUMNS)
     post_job(api_url, api_tokens, job_id, [node], start, end)
+    wait_for_rollups(admin_client, node, count)
 
     got = dataset_query(
         superset_app,
