@@ -2,16 +2,18 @@
 
 `python -m bench.ingest_levers` prints two tables (about 15 minutes on 2 busy cores):
 
-- Ingest: CPU seconds (all threads of this process: `time.process_time`) per reading of one
-  INSERT of the bench's messages into a stand-in of the readings topic's Kafka table, through
-  the views of the migrations (every file as `clickhouse.migrate` applies it to a fresh
+- Ingest: CPU seconds (all threads of this process: `time.process_time`) per reading of the
+  INSERTs of the bench's messages (one, or blocks of `--block-polls` messages as the Kafka
+  table delivers them) into a stand-in of the readings topic's Kafka table, through the
+  views of the migrations (every file as `clickhouse.migrate` applies it to a fresh
   database, each Kafka table replaced by a Null table with the engine's virtual columns as
-  defaults, so that the views run on INSERT as they run on a consumed block). `VARIANTS`:
-  the current chain, then with one lever changed each (validity function a constant, no
-  t-digest, `optimize_on_insert = 0`, `metrics` ordered time first, fewer rollups), a message
-  shape with the time, device and labels hoisted out of the readings (`HOISTED_*`), and rows
-  straight into `metrics` (with its rollups, and bare: the floor). Merges are stopped while
-  inserting; a fresh database per run; every variant once per round; the best round counts.
+  defaults, so that the views run on INSERT as they run on a consumed block), then of the
+  rollups' refreshes over them (`refresh`). `VARIANTS`: the current chain, the chain before
+  0022 (rollups by views on every insert), then with one lever changed each (validity
+  function a constant, no t-digest, `optimize_on_insert = 0`, `metrics` ordered time first,
+  fewer rollups), a message shape with the time, device and labels hoisted out of the
+  readings (`HOISTED_*`), and rows straight into `metrics` (and bare: the floor). Merges are
+  stopped; a fresh database per run; every variant once per round; the best round counts.
 - Queries: engine time (chdb's elapsed, median of the runs) of the bench's query shapes
   with the read-only users' FINAL, on a day of readings, per storage layout of `metrics`
   (`LAYOUTS`), after OPTIMIZE FINAL, with rows read and bytes per reading (per column too).
@@ -24,6 +26,7 @@ producers/message.py `header`, as the bench sends them.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import re
 import statistics
@@ -104,7 +107,12 @@ WHERE jobscope_message_problem(timestamp, device_id, readings) = ''""",
 )
 NO_CHECK = "CREATE OR REPLACE FUNCTION jobscope_reading_problem AS (r) -> ''"
 TDIGEST_COLUMN = ",\n    quantilesTDigestState(0.5, 0.95)(value) AS quantiles"
-ROLLUP_MIGRATIONS = ("0011_", "0012_", "0013_", "0014_")
+# The rollups fed by views on every insert (0011-0014), and their replacement by refreshes
+# of the buckets inserts note (0022).
+INCREMENTAL_ROLLUPS = ("0011_", "0012_", "0013_", "0014_")
+REFRESHED_ROLLUPS = ("0022_",)
+NO_ROLLUPS = INCREMENTAL_ROLLUPS + REFRESHED_ROLLUPS
+REFRESHES = ("metrics_1m_refresh", "metrics_1h_refresh")
 # A device's readings by time, then series: a short window of a few devices is a few ranges
 # (the dedup key holds the same columns). Series are interleaved, so values' deltas grow.
 TIME_FIRST = "(device_id, timestamp, metric_id, sipHash64(labels))"
@@ -217,9 +225,17 @@ class Variant:
 VARIANTS = (
     Variant(
         "current",
-        "current chain (errors view, metrics view, 1m/1h/latest/aliases)",
+        "current chain (errors view, metrics view, pending buckets, aliases; the rollups "
+        "refreshed after it: column refresh)",
         CURRENT_QUEUE,
         "current",
+    ),
+    Variant(
+        "incremental",
+        "the chain before 0022 (1m/1h/latest/aliases views on every insert)",
+        CURRENT_QUEUE,
+        "current",
+        skip=REFRESHED_ROLLUPS,
     ),
     Variant(
         "no_check",
@@ -230,11 +246,12 @@ VARIANTS = (
         must_contain=NO_CHECK,
     ),
     Variant(
-        "no_tdigest",
-        "current, 1m view without its t-digest state",
+        "incremental_no_tdigest",
+        "incremental, 1m view without its t-digest state",
         CURRENT_QUEUE,
         "current",
         edit=without_tdigest,
+        skip=REFRESHED_ROLLUPS,
         must_contain="CREATE MATERIALIZED VIEW IF NOT EXISTS metrics_1m_mv",
     ),
     Variant(
@@ -262,17 +279,17 @@ VARIANTS = (
     ),
     Variant(
         "only_1m",
-        "current, without 0012-0014 (1m rollup only)",
+        "incremental, without 0012-0014 (1m rollup only)",
         CURRENT_QUEUE,
         "current",
-        skip=ROLLUP_MIGRATIONS[1:],
+        skip=INCREMENTAL_ROLLUPS[1:] + REFRESHED_ROLLUPS,
     ),
     Variant(
         "no_rollups",
-        "current, without 0011-0014 (no 1m/1h/latest/aliases)",
+        "without 0011-0014 and 0022 (no rollups, latest values, aliases)",
         CURRENT_QUEUE,
         "current",
-        skip=ROLLUP_MIGRATIONS,
+        skip=NO_ROLLUPS,
     ),
     Variant(
         "hoisted",
@@ -283,19 +300,18 @@ VARIANTS = (
     ),
     Variant(
         "hoisted_lean",
-        "hoisted, no t-digest, optimize_on_insert = 0",
+        "hoisted, optimize_on_insert = 0",
         HOISTED_QUEUE,
         "hoisted",
-        edit=without_tdigest,
         after=HOISTED_SCHEMA,
         settings="optimize_on_insert = 0",
     ),
     Variant(
         "hoisted_no_rollups",
-        "hoisted, without 0011-0014",
+        "hoisted, without 0011-0014 and 0022",
         HOISTED_QUEUE,
         "hoisted",
-        skip=ROLLUP_MIGRATIONS,
+        skip=NO_ROLLUPS,
         after=HOISTED_SCHEMA,
     ),
     Variant(
@@ -314,10 +330,11 @@ VARIANTS = (
 )
 
 
-def write_payloads(data: Dataset, folder: Path) -> dict[str, Path]:
-    """The data set as the files each variant inserts: `rows` (the bench's RowBinary rows, a
-    row per reading), `current` (those rows opened per poll by the count: the production
-    messages, as the bench sends them), `hoisted` (HOISTED_STRUCTURE, one row per poll)."""
+def write_payloads(data: Dataset, folder: Path, block_polls: int) -> dict[str, list[Path]]:
+    """The data set as the files each variant inserts, one INSERT each: `rows` (the bench's
+    RowBinary rows, a row per reading), `current` (those rows opened per poll by the count:
+    the production messages, as the bench sends them), `hoisted` (HOISTED_STRUCTURE, one row
+    per poll); the polls of each cut in blocks of `block_polls` (0: one block)."""
     part = payloads.kafka_messages(data)
     body = np.fromfile(part.body, np.uint8)
     per_poll = data.spec.metrics
@@ -326,10 +343,20 @@ def write_payloads(data: Dataset, folder: Path) -> dict[str, Path]:
     current = np.insert(
         body, np.repeat(poll_starts, len(opening)), np.tile(opening, len(poll_starts))
     )
-    files = {"rows": part.body, "current": folder / "current.rowbinary"}
-    current.tofile(files["current"])
-    files["hoisted"] = folder / "hoisted.rowbinary"
-    hoisted(data, part.polls).tofile(files["hoisted"])
+    one_per_poll = hoisted(data, part.polls)
+    polls = len(poll_starts)
+    starts = {
+        "rows": (body, poll_starts),
+        "current": (current, poll_starts + np.arange(polls) * len(opening)),
+        "hoisted": (one_per_poll, np.arange(polls) * (len(one_per_poll) // polls)),
+    }
+    files: dict[str, list[Path]] = {}
+    for name, (payload, poll_at) in starts.items():
+        cuts = [*poll_at[:: block_polls or polls], len(payload)]
+        files[name] = []
+        for i, (a, b) in enumerate(itertools.pairwise(cuts)):
+            files[name].append(folder / f"{name}-{i}.rowbinary")
+            payload[a:b].tofile(files[name][-1])
     return files
 
 
@@ -366,19 +393,26 @@ def hoisted(data: Dataset, polls: np.ndarray) -> np.ndarray:
 
 
 def ingest_run(
-    engine: Engine, variant: Variant, file: Path, migrations: Path
-) -> tuple[float, float, str]:
-    """CPU and wall seconds of the variant's insert into a fresh database, and what it
-    stored (the count and an order-free hash of the rows: equal across variants)."""
+    engine: Engine, variant: Variant, files: list[Path], migrations: Path
+) -> tuple[float, float, float | None, str]:
+    """CPU and wall seconds of the variant's inserts into a fresh database, the CPU of the
+    rollups' refreshes after them (None without refreshes), and what it stored (the count
+    and an order-free hash of the rows: equal across variants)."""
     database = f"lever_{variant.name}"
     engine.fresh(database)
     for statement in variant.statements(migrations):
         engine.run(statement)
+    refreshed = engine.value(
+        "SELECT count() FROM system.view_refreshes WHERE database = currentDatabase()"
+    ) == str(len(REFRESHES))
+    for view in REFRESHES if refreshed else ():
+        engine.run(f"SYSTEM STOP VIEW {view}")
     engine.run("SYSTEM STOP MERGES")
-    sql = variant.insert(file)
     began_cpu, began = time.process_time(), time.perf_counter()
-    engine.run(sql)
+    for file in files:
+        engine.run(variant.insert(file))
     cpu, wall = time.process_time() - began_cpu, time.perf_counter() - began
+    refresh_cpu = refresh(engine) if refreshed else None
     contents = engine.value(
         "SELECT count(), groupBitXor(cityHash64(timestamp, device_id, metric_id, value, "
         f"labels)) FROM {variant.table}"
@@ -389,16 +423,39 @@ def ingest_run(
             raise RuntimeError(f"{variant.name}: {rejected} readings rejected")
     engine.run("SYSTEM START MERGES")
     engine.run(f"DROP DATABASE {database}")
-    return cpu, wall, contents
+    return cpu, wall, refresh_cpu, contents
+
+
+def refresh(engine: Engine) -> float:
+    """CPU seconds of the 1-minute, then the 1-hour refresh over every reading inserted
+    (merges stopped, as during the insert: FINAL reads the parts as inserted). A refresh
+    takes the buckets noted before the current minute: the notes are copied 2 minutes back
+    (each bucket is then noted twice, computed once)."""
+    engine.run(
+        "INSERT INTO rollup_pending SELECT device_id, bucket, noted_at - INTERVAL 2 MINUTE "
+        "FROM rollup_pending"
+    )
+    began = time.process_time()
+    for view in REFRESHES:
+        for action in ("START", "REFRESH", "WAIT"):
+            engine.run(f"SYSTEM {action} VIEW {view}")
+    cpu = time.process_time() - began
+    counts = engine.value(
+        "SELECT (SELECT sum(count) FROM metrics_1m FINAL), (SELECT sum(count) FROM metrics_1h "
+        "FINAL), (SELECT count() FROM metrics FINAL)"
+    ).split()
+    if len(set(counts)) != 1:
+        raise RuntimeError(f"the rollups count 1m, 1h, raw: {counts}")
+    return cpu
 
 
 def check_rejects(engine: Engine, migrations: Path) -> None:
     """A message with an empty device id lands in ingest_errors, not in metrics, in the
     current and the hoisted chain alike (the hoisted checks do reject)."""
-    bad = (0).to_bytes(8, "little") + _field("") + b"\x00"
+    time_device = (0).to_bytes(8, "little") + _field("")
     samples = {
-        "current": header(1) + bad + _field("m") + b"\x00" * 8 + b"\x00",
-        "hoisted": bad + header(1) + _field("m") + b"\x00" * 8,
+        "current": header(1) + time_device + _field("m") + b"\x00" * 8 + b"\x00",
+        "hoisted": time_device + b"\x00" + header(1) + _field("m") + b"\x00" * 8,
     }
     for variant in VARIANTS:
         if variant.name not in samples:
@@ -597,6 +654,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--devices", type=int, default=1000, help="ingest: devices")
     parser.add_argument("--seconds", type=int, default=60, help="ingest: seconds at 5 s")
     parser.add_argument("--repeats", type=int, default=3, help="runs per ingest variant")
+    parser.add_argument(
+        "--block-polls",
+        type=int,
+        default=0,
+        help="ingest: polls (messages) per INSERT, as the Kafka table delivers blocks (0: all "
+        "in one; a fleet's steady load comes in blocks of about its readings per flush "
+        "interval, e.g. 200 polls = 20,000 readings)",
+    )
     parser.add_argument("--query-devices", type=int, default=12, help="queries: devices")
     parser.add_argument("--query-hours", type=int, default=24, help="queries: hours at 5 s")
     parser.add_argument("--query-repeats", type=int, default=5, help="runs per query")
@@ -622,7 +687,9 @@ def main(argv: list[str] | None = None) -> int:
         if not args.skip_ingest:
             data = load_or_generate(DatasetSpec(args.devices, args.seconds), DATA_ROOT)
             chosen = tuple(v for v in VARIANTS if v.name in args.variants.split(","))
-            print_ingest(engine, data, folder, args.repeats, args.migrations, chosen)
+            print_ingest(
+                engine, data, folder, args.repeats, args.migrations, chosen, args.block_polls
+            )
         if not args.skip_queries:
             spec = DatasetSpec(args.query_devices, args.query_hours * 3600)
             data = load_or_generate(spec, DATA_ROOT)
@@ -638,31 +705,42 @@ def print_ingest(
     repeats: int,
     migrations: Path,
     variants: tuple[Variant, ...],
+    block_polls: int,
 ) -> None:
     """Every variant once per round (so that the machine's load falls on all alike), the best
     of the rounds."""
-    files = write_payloads(data, folder)
+    files = write_payloads(data, folder, block_polls)
     check_rejects(engine, migrations)
     cpu: dict[str, list[float]] = {v.name: [] for v in variants}
     wall: dict[str, list[float]] = {v.name: [] for v in variants}
+    refresh_cpu: dict[str, list[float]] = {v.name: [] for v in variants}
     reference = ""
     for _ in range(repeats):
         for variant in variants:
-            file = files[variant.payload]
-            seconds, elapsed, contents = ingest_run(engine, variant, file, migrations)
+            seconds, elapsed, refreshed, contents = ingest_run(
+                engine, variant, files[variant.payload], migrations
+            )
             reference = reference or contents
             if contents != reference:
                 raise RuntimeError(f"{variant.name} stored {contents}, current {reference}")
             cpu[variant.name].append(seconds)
             wall[variant.name].append(elapsed)
+            if refreshed is not None:
+                refresh_cpu[variant.name].append(refreshed)
     readings = data.spec.readings
-    print(f"\nIngest: {data.spec.describe()}; CPU of one INSERT, best of {repeats}")
-    print(f"| variant | what | CPU µs/reading | runs, CPU s | wall s |\n|{'---|' * 5}")
+    blocks = f"INSERTs of {block_polls} polls" if block_polls else "one INSERT"
+    print(f"\nIngest: {data.spec.describe()}; CPU of {blocks}, best of {repeats}")
+    print(
+        "| variant | what | CPU µs/reading | runs, CPU s | wall s | refresh µs/reading |\n"
+        f"|{'---|' * 6}"
+    )
     for variant in variants:
-        runs = cpu[variant.name]
+        runs, refreshes = cpu[variant.name], refresh_cpu[variant.name]
+        refreshed = f"{min(refreshes) / readings * 1e6:.3f}" if refreshes else "-"
         print(
             f"| {variant.name} | {variant.what} | {min(runs) / readings * 1e6:.3f} "
-            f"| {', '.join(f'{c:.2f}' for c in runs)} | {min(wall[variant.name]):.2f} |"
+            f"| {', '.join(f'{c:.2f}' for c in runs)} | {min(wall[variant.name]):.2f} "
+            f"| {refreshed} |"
         )
 
 

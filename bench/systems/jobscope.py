@@ -42,6 +42,7 @@ from confluent_kafka import KafkaError, Message, Producer
 
 from bench import payloads
 from bench.dataset import US, Dataset, utc
+from bench.polling.cpu import cpu_seconds
 from bench.polling.producer import start_producer
 from bench.systems import jobscope_abuse, jobscope_api
 from bench.systems.base import Ingest, Selection, System, run_parallel, wait_for
@@ -69,6 +70,7 @@ WARMUP_READINGS = 2_400_000  # produced to a topic of their own before the inges
 VARIANT_SECONDS = {True: 50, False: 120}  # data drained per variant: 200,000 / 2.4 M readings
 FRESHNESS_S = {True: 10, False: 60}  # length of the steady-load phase
 FLOOR_REPEATS = 200
+SERVERS = ("kafka", "clickhouse")  # the processes that ingest and store
 # The rollups' refreshable views (clickhouse/migrations/0022), in the order they feed.
 ROLLUP_REFRESHES = ("metrics_1m_refresh", "metrics_1h_refresh")
 
@@ -173,13 +175,17 @@ class Jobscope(System):
 
     def server_pids(self) -> list[int]:
         """The broker and the ClickHouse server."""
-        found = (services.process(self.settings, name).pid() for name in ("kafka", "clickhouse"))
-        return [pid for pid in found if pid is not None]
+        return list(self._servers().values())
+
+    def _servers(self) -> dict[str, int]:
+        found = {name: services.process(self.settings, name).pid() for name in SERVERS}
+        return {name: pid for name, pid in found.items() if pid is not None}
 
     def load(self, data: Dataset) -> Ingest:
         """End to end: produce everything to `readings`, wait until all of it is queryable
         (the broker warmed first: `warm`)."""
         parts = _messages(data)
+        cpu_before = self._cpu_by_process()
         start = time.monotonic()
         produced = self._produce(topics.READINGS.name, parts, data, per_message=100, arrays=True)
         produce_s = time.monotonic() - start
@@ -190,6 +196,7 @@ class Jobscope(System):
             interval=0.05,
         )
         seconds = time.monotonic() - start
+        cpu = {k: v - cpu_before[k] for k, v in self._cpu_by_process().items()}
         if (stored := self._count()) != data.spec.readings:
             raise RuntimeError(f"metrics holds {stored} rows, {data.spec.readings} sent")
         return Ingest(
@@ -201,8 +208,15 @@ class Jobscope(System):
                 "readings_per_message": 100,
                 "producers": PRODUCERS,
                 "broker_warmup_readings": self._warmup(data).spec.readings,
+                "cpu_us_per_reading_by_process": {
+                    k: round(v / data.spec.readings * 1e6, 3) for k, v in cpu.items()
+                },
             },
         )
+
+    def _cpu_by_process(self) -> dict[str, float]:
+        """CPU seconds used so far by the broker and the ClickHouse server."""
+        return {name: cpu_seconds(pid) for name, pid in self._servers().items()}
 
     def _produce(
         self,
@@ -515,6 +529,12 @@ class Jobscope(System):
         ).first_row
         if list(counts) != [data.spec.readings] * 2:
             raise RuntimeError(f"the rollups count {counts} readings, {data.spec.readings} sent")
+        log.info(
+            "jobscope: rollups of %s readings refreshed in %.2f s, %.3f µs CPU per reading",
+            f"{data.spec.readings:,}",
+            seconds,
+            cpu_s / data.spec.readings * 1e6,
+        )
         return {
             "rollup_cpu_us_per_reading": cpu_s / data.spec.readings * 1e6,
             "rollup_seconds": seconds,
