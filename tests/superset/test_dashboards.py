@@ -205,35 +205,49 @@ def test_superset_user_cannot_write(superset_app: SupersetUnderTest) -> None:
         client.command("INSERT INTO metrics (device_id) VALUES ('x')")
 
 
+# (hours, seconds between readings) of each long job, by the rollup Superset reads for it
+LONG_JOBS = {"minute": (4, 30), "hour": (72, 300)}
+
+
+@pytest.fixture(scope="module")
+def long_jobs(
+    admin_client: Client, api_url: str, api_tokens: dict[str, str]
+) -> dict[str, tuple[str, int]]:
+    """A job per entry of LONG_JOBS, on a node of its own, ended an hour ago, with its readings
+    in the rollups (refreshed after their minute: one wait for both): (job and node, count)."""
+    tag = uuid.uuid4().hex[:6]
+    end = datetime.now(UTC).replace(tzinfo=None, microsecond=0) - timedelta(hours=1)
+    jobs = {}
+    for resolution, (hours, every_s) in LONG_JOBS.items():
+        node = f"long{resolution[0]}{tag}"
+        start = end - timedelta(hours=hours)
+        count = hours * 3600 // every_s + 1
+        rows = [
+            [start + timedelta(seconds=i * every_s), node, "bmc_power_watt", 200.0 + i % 4, {}]
+            for i in range(count)
+        ]
+        admin_client.insert("metrics", rows, column_names=COLUMNS)
+        post_job(api_url, api_tokens, node, [node], start, end)
+        jobs[resolution] = (node, count)
+    for node, count in jobs.values():
+        wait_for_rollups(admin_client, node, count)
+    return jobs
+
+
 @pytest.mark.parametrize(
-    ("hours", "every_s", "resolution"),
-    [(4, 30, "minute"), (72, 300, "hour")],
-    ids=["4-hours-minute-rollup", "3-days-hour-rollup"],
+    "resolution", list(LONG_JOBS), ids=["4-hours-minute-rollup", "3-days-hour-rollup"]
 )
 def test_long_jobs_read_a_rollup_with_the_api_figures(
     superset_app: SupersetUnderTest,
-    admin_client: Client,
     api_url: str,
-    api_tokens: dict[str, str],
-    hours: int,
-    every_s: int,
+    long_jobs: dict[str, tuple[str, int]],
     resolution: str,
 ) -> None:
     """A job longer than 3 hours draws from the 1-minute rollup, longer than 2 days from the
     1-hour one; min, average, max and readings stay the API summary's, and the energy (always
     from raw readings) too."""
-    tag = uuid.uuid4().hex[:6]
-    node, job_id = f"long{tag}", f"long{tag}"
-    end = datetime.now(UTC).replace(tzinfo=None, microsecond=0) - timedelta(hours=1)
-    start = end - timedelta(hours=hours)
-    count = hours * 3600 // every_s + 1
-    rows = [
-        [start + timedelta(seconds=i * every_s), node, "bmc_power_watt", 200.0 + i % 4, {}]
-        for i in range(count)
-    ]
-    admin_client.insert("metrics", rows, column_names=COLUMNS)
-    post_job(api_url, api_tokens, job_id, [node], start, end)
-    wait_for_rollups(admin_client, node, count)
+    node, count = long_jobs[resolution]
+    job_id = node
 
     got = dataset_query(
         superset_app,
