@@ -14,7 +14,7 @@ import json
 import time
 import uuid
 
-from confluent_kafka import Consumer
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaException, TopicPartition
 
 
 def main() -> None:
@@ -25,15 +25,24 @@ def main() -> None:
     parser.add_argument("--from-beginning", action="store_true", help="read the topic's history")
     args = parser.parse_args()
 
+    # Every partition assigned directly, no consumer group: nothing to join at the start,
+    # nothing to leave at Ctrl-C, and no offsets committed (group.id is required, unused).
     consumer = Consumer(
         {
             "bootstrap.servers": args.bootstrap,
-            "group.id": f"live-node-power-{uuid.uuid4().hex[:8]}",  # a fresh group: no history
-            "auto.offset.reset": "earliest" if args.from_beginning else "latest",
+            "group.id": f"live-node-power-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False,
         }
     )
-    consumer.subscribe([args.topic])
+    try:
+        topic = consumer.list_topics(args.topic, timeout=10).topics[args.topic]
+        if topic.error is not None:
+            raise KafkaException(topic.error)
+    except KafkaException as error:
+        consumer.close()
+        raise SystemExit(f"topic {args.topic} at {args.bootstrap}: {error.args[0].str()}") from None
+    start = OFFSET_BEGINNING if args.from_beginning else OFFSET_END
+    consumer.assign([TopicPartition(args.topic, p, start) for p in topic.partitions])
     latest: dict[tuple[str, str, str], tuple[str, float]] = {}  # series -> (node, watts)
     next_print = time.monotonic() + args.every
     try:
