@@ -537,10 +537,11 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
                     if data:
                         self.wfile.write(b"%x\r\n%b\r\n" % (len(data), data))
             except ClickHouseError as exc:  # failed after the first rows: ClickHouse appends it
+                # The response still ends with its last chunk, so the connection stays usable:
+                # closing it after a complete response would race the client's next request.
                 log.warning("query %s failed while streaming: %s", query_id, exc.message)
                 body = _tagged_exception(exc.body(), tag)
                 self.wfile.write(b"%x\r\n%b\r\n" % (len(body), body))
-                self.close_connection = True
         except (BrokenPipeError, ConnectionResetError):
             log.info("query %s: client went away before the end of the result", query_id)
             self.close_connection = True

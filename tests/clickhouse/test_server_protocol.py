@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import gzip
 import json
 import socket
@@ -11,6 +12,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from datetime import datetime
+from http.client import HTTPConnection
 from pathlib import Path
 
 import httpx
@@ -587,6 +589,29 @@ def test_summary_header_and_errors_within_a_result(http: httpx.Client, table: st
     tail = answer.content[answer.content.index(b"__exception__") :]
     assert tail.startswith(b"__exception__\r\n" + tag.encode() + b"\r\nCode: 395.")
     assert tail.endswith(b" " + tag.encode() + b"\r\n__exception__\r\n")
+
+
+def test_a_connection_serves_the_next_query_after_an_error_within_a_result(
+    clickhouse: StackSettings,
+) -> None:
+    """A result cut by an error still ends with its last chunk and leaves the keep-alive
+    connection open: a client sends its next query on it at once (a server closing it after
+    a complete response loses that query)."""
+    password = services.clickhouse_password(clickhouse, "jobscope")
+    auth = base64.b64encode(f"jobscope:{password}".encode()).decode()
+    headers = {"Authorization": f"Basic {auth}"}
+    conn = HTTPConnection(clickhouse.host, clickhouse.clickhouse_port, timeout=30)
+    try:
+        failing = "SELECT number, throwIf(number = 1000) FROM numbers(2000) FORMAT TSV"
+        conn.request("POST", "/?max_block_size=1", body=failing, headers=headers)
+        first = conn.getresponse()
+        assert b"__exception__" in first.read()
+        assert not first.will_close
+        conn.request("POST", "/", body="SELECT 42", headers=headers)
+        second = conn.getresponse()
+        assert (second.status, second.read()) == (200, b"42\n")
+    finally:
+        conn.close()
 
 
 def test_statements_taking_no_clause_reach_the_engine_as_they_are(http: httpx.Client) -> None:
