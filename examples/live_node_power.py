@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
+import threading
 import time
 import uuid
 
@@ -45,8 +47,13 @@ def main() -> None:
     consumer.assign([TopicPartition(args.topic, p, start) for p in topic.partitions])
     latest: dict[tuple[str, str, str], tuple[str, float]] = {}  # series -> (node, watts)
     next_print = time.monotonic() + args.every
+    # Ctrl-C or a service manager's SIGTERM ends the loop at its next turn (at most 0.2 s),
+    # then the consumer is closed: no exception raised wherever the signal lands.
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
     try:
-        while True:
+        while not stop.is_set():
             for message in consumer.consume(1000, timeout=0.2):
                 if message.error():
                     print(f"# kafka: {message.error()}", flush=True)
@@ -71,8 +78,6 @@ def main() -> None:
                 stamp = time.strftime("%H:%M:%S")
                 for node in sorted(per_node):
                     print(f"{stamp} {node} {per_node[node]:.2f} W", flush=True)
-    except KeyboardInterrupt:
-        pass
     finally:
         consumer.close()
 

@@ -275,9 +275,27 @@ def test_the_example_consumer_prints_live_node_power(
     finally:
         publisher.close(10)
         example.send_signal(signal.SIGINT)
-        example.wait(10)
+        try:
+            example.wait(10)
+        except subprocess.TimeoutExpired:
+            report = _where_it_is_stuck(example.pid)
+            example.kill()
+            pytest.fail(f"the example did not exit within 10 s of SIGINT:\n{report}")
     assert example.returncode == 0
     assert not any(f"pdu-{run}" in line for line in lines)  # counted for the node it powers
+
+
+def _where_it_is_stuck(pid: int) -> str:
+    """A live process's signal masks, its threads' kernel waits and its Python stacks."""
+    proc = Path(f"/proc/{pid}")
+    lines = [line for line in (proc / "status").read_text().splitlines() if line.startswith("Sig")]
+    for task in sorted(proc.glob("task/*")):
+        state = (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        comm, wchan = (task / "comm").read_text().strip(), (task / "wchan").read_text()
+        lines.append(f"thread {task.name} {comm}: {state} in {wchan}")
+    spy = Path(sys.executable).with_name("py-spy")
+    dump = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True, text=True)
+    return "\n".join([*lines, dump.stdout, dump.stderr])
 
 
 def test_memory_accounting_holds_with_copies(
