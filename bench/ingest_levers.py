@@ -46,6 +46,7 @@ from bench.dataset import Dataset, DatasetSpec, load_or_generate
 from bench.profiles import selections
 from bench.systems.base import Selection
 from bench.systems.jobscope import READINGS_SQL, _clickhouse_time
+from clickhouse import rollups
 from clickhouse.migrate import MIGRATIONS_DIR, MigrationSettings, render, statements, superseded
 from producers.message import header
 
@@ -112,7 +113,6 @@ TDIGEST_COLUMN = ",\n    quantilesTDigestState(0.5, 0.95)(value) AS quantiles"
 INCREMENTAL_ROLLUPS = ("0011_", "0012_", "0013_", "0014_")
 REFRESHED_ROLLUPS = ("0022_",)
 NO_ROLLUPS = INCREMENTAL_ROLLUPS + REFRESHED_ROLLUPS
-REFRESHES = ("metrics_1m_refresh", "metrics_1h_refresh")
 # A device's readings by time, then series: a short window of a few devices is a few ranges
 # (the dedup key holds the same columns). Series are interleaved, so values' deltas grow.
 TIME_FIRST = "(device_id, timestamp, metric_id, sipHash64(labels))"
@@ -404,8 +404,8 @@ def ingest_run(
         engine.run(statement)
     refreshed = engine.value(
         "SELECT count() FROM system.view_refreshes WHERE database = currentDatabase()"
-    ) == str(len(REFRESHES))
-    for view in REFRESHES if refreshed else ():
+    ) == str(len(rollups.REFRESHES))
+    for view in rollups.REFRESHES if refreshed else ():
         engine.run(f"SYSTEM STOP VIEW {view}")
     engine.run("SYSTEM STOP MERGES")
     began_cpu, began = time.process_time(), time.perf_counter()
@@ -436,9 +436,7 @@ def refresh(engine: Engine) -> float:
         "FROM rollup_pending"
     )
     began = time.process_time()
-    for view in REFRESHES:
-        for action in ("START", "REFRESH", "WAIT"):
-            engine.run(f"SYSTEM {action} VIEW {view}")
+    rollups.refresh_now(engine.run)
     cpu = time.process_time() - began
     counts = engine.value(
         "SELECT (SELECT sum(count) FROM metrics_1m FINAL), (SELECT sum(count) FROM metrics_1h "

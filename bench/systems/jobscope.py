@@ -46,6 +46,7 @@ from bench.polling.cpu import cpu_seconds
 from bench.polling.producer import start_producer
 from bench.systems import jobscope_abuse, jobscope_api
 from bench.systems.base import Ingest, Selection, System, run_parallel, wait_for
+from clickhouse import rollups
 from clickhouse.migrate import MigrationSettings, apply_migrations, render
 from producers.config import ProducerSettings
 from producers.message import READING_STRUCTURE, header, pack
@@ -66,13 +67,11 @@ PROBE_DEVICE = "bench-probe"
 PROBE_INTERVAL_S = 0.1
 CHECK_INTERVAL_S = 0.05
 WARMUP_READINGS = 2_400_000  # produced to a topic of their own before the ingest is timed
-# Keyed by quick (True) or full run (False):
 VARIANT_SECONDS = 120  # data drained per variant (full runs): 2.4 M readings
+# Keyed by quick (True) or full run (False):
 FRESHNESS_S = {True: 10, False: 60}  # length of the steady-load phase
 FLOOR_REPEATS = 200
 SERVERS = ("kafka", "clickhouse")  # the processes that ingest and store
-# The rollups' refreshable views (clickhouse/migrations/0022), in the order they feed.
-ROLLUP_REFRESHES = ("metrics_1m_refresh", "metrics_1h_refresh")
 
 # The format comparison's Kafka table: a row per reading in the format under test, with the
 # Kafka settings of the production table (clickhouse/migrations/0021_readings_consumers_
@@ -164,10 +163,9 @@ class Jobscope(System):
         self._refreshes("STOP")  # their cost is measured on its own: `_rollups`
 
     def _refreshes(self, action: str) -> None:
-        """`SYSTEM <action> VIEW` (STOP, START, REFRESH, WAIT) of each rollup refresh, in
-        order: the hourly one reads the 1-minute one."""
+        """`SYSTEM <action> VIEW` (STOP or START) of each rollup refresh."""
         assert self.admin is not None
-        for view in ROLLUP_REFRESHES:
+        for view in rollups.REFRESHES:
             self.admin.command(f"SYSTEM {action} VIEW {view}")
 
     def _warmup(self, data: Dataset) -> Dataset:
@@ -522,10 +520,7 @@ class Jobscope(System):
         rolled = "SELECT sum(count) FROM metrics_1m FINAL"
         before = int(admin.command(rolled))  # type: ignore[arg-type]
         cpu_before, began = self.servers_cpu_s(), time.monotonic()
-        self._refreshes("START")
-        for view in ROLLUP_REFRESHES:
-            admin.command(f"SYSTEM REFRESH VIEW {view}")
-            admin.command(f"SYSTEM WAIT VIEW {view}")
+        rollups.refresh_now(admin.command)
         seconds, cpu_s = time.monotonic() - began, self.servers_cpu_s() - cpu_before
         readings = int(admin.command(rolled)) - before  # type: ignore[arg-type]
         counts = admin.query(

@@ -15,11 +15,11 @@ from datetime import UTC, datetime, timedelta
 
 from clickhouse_connect.driver.client import Client
 
+from clickhouse import rollups
 from clickhouse.migrate import apply_migrations
 from stack.config import StackSettings
 from tests.clickhouse.test_migrations import scratch_database
 
-REFRESHES = ("metrics_1m_refresh", "metrics_1h_refresh")
 COLUMNS = ["timestamp", "device_id", "metric_id", "value", "labels"]
 
 
@@ -43,9 +43,13 @@ def _a_few_minutes_later(client: Client) -> None:
 
 
 def _refresh(client: Client) -> None:
-    for view in REFRESHES:
-        for action in ("START", "REFRESH", "WAIT", "STOP"):
-            client.command(f"SYSTEM {action} VIEW {view}")
+    rollups.refresh_now(client.command)
+    _stop_refreshes(client)
+
+
+def _stop_refreshes(client: Client) -> None:
+    for view in rollups.REFRESHES:
+        client.command(f"SYSTEM STOP VIEW {view}")
 
 
 def _rollups(client: Client, device: str) -> dict[str, tuple]:
@@ -74,8 +78,7 @@ def test_rollups_are_exact_and_follow_late_readings(
 ) -> None:
     with scratch_database(clickhouse, admin_client, "rollups") as (client, settings):
         apply_migrations(client, settings)
-        for view in REFRESHES:
-            client.command(f"SYSTEM STOP VIEW {view}")
+        _stop_refreshes(client)
         now = datetime.now(UTC).replace(tzinfo=None)
         hour = now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=3)
         rows = [
