@@ -28,6 +28,7 @@ from producers.runtime import now_us
 from stack import services
 from stack.config import StackSettings
 from stack.processes import free_port, wait_until
+from tests.producers.conftest import skipped_ticks
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SELF_DEVICE = "jobscope-producer-0"
@@ -99,10 +100,14 @@ class TopicReader:
         self.messages: list[Received] = []
 
     def fetch(self) -> None:
-        for msg in self.consumer.consume(num_messages=1000, timeout=0.2):
-            if msg.error():
-                raise KafkaException(msg.error())
-            self.messages.append(Received(msg.key().decode(), unpack(msg.value())))
+        """Keep every message of the batch, then raise the first error in it, if any: a
+        message after an error must not be consumed and dropped."""
+        batch = self.consumer.consume(num_messages=1000, timeout=0.2)
+        self.messages += [
+            Received(msg.key().decode(), unpack(msg.value())) for msg in batch if not msg.error()
+        ]
+        if errors := [msg.error() for msg in batch if msg.error()]:
+            raise KafkaException(errors[0])
 
     def of(self, device_id: str, after_us: int = 0) -> list[Received]:
         self.fetch()
@@ -467,7 +472,9 @@ def test_shards_split_the_devices_between_processes(kafka: str, tmp_path: Path) 
 def test_broker_restart_loses_no_reading(
     kafka: str, stack_settings: StackSettings, tmp_path: Path
 ) -> None:
-    """Messages produced while the broker is down wait in the client and arrive later.
+    """Messages produced while the broker is down wait in the client and arrive later:
+    the topic holds each message the producer counted delivered, once, and lacks only the
+    ticks it reported skipped (the broker's start can starve it on 2 cores).
 
     Restarts the session's broker: other users of the `kafka` fixture see it come back.
     """
@@ -494,8 +501,13 @@ def test_broker_restart_loses_no_reading(
         stop_and_drain(proc, log_file, reader)
     finally:
         close(proc, reader)
+    log = log_file.read_text()
+    assert len(reader.messages) == _final_counts(log)[0], log
     ticks = sorted(m.timestamp_us // PERIOD_US for m in reader.messages)
-    assert ticks == list(range(ticks[0], ticks[-1] + 1)), log_file.read_text()
+    assert len(set(ticks)) == len(ticks), "a message arrived twice"
+    missing = sorted(set(range(ticks[0], ticks[-1] + 1)) - set(ticks))
+    reported = skipped_ticks(log).get("node-r", 0)
+    assert len(missing) <= reported, f"ticks {missing}, {reported} reported skipped\n{log}"
     assert (down_until - down_from) // PERIOD_US >= 10  # the outage spanned many ticks
     assert ticks[0] * PERIOD_US < down_from and ticks[-1] * PERIOD_US > down_until
     assert_tester_values(reader)

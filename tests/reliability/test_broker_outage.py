@@ -26,6 +26,7 @@ from producers.plugins.tester.plugin import tester_value
 from stack import services
 from stack.config import REPO_ROOT, StackSettings
 from stack.processes import ManagedProcess, wait_until
+from tests.producers.conftest import skipped_ticks
 
 from .conftest import kafka_reading_copies
 
@@ -161,21 +162,6 @@ def assert_stored_once(
         assert stored_twice[1] < down_us, (
             f"stored twice, polled after the outage began: {stored_twice}"
         )
-
-
-SKIPPED = re.compile(
-    r"^.* (\S+): tick took longer than its \d+ ms period: (\d+) tick\(s\) skipped$", re.M
-)
-
-
-def skipped_ticks(log: str) -> dict[str, int]:
-    """Ticks the producer reported as not polled, per device (a tester:// group is named
-    after its device): on an overloaded machine a late poll skips the next tick, which is
-    reported, not lost."""
-    skipped: dict[str, int] = {}
-    for device, count in SKIPPED.findall(log):
-        skipped[device] = skipped.get(device, 0) + int(count)
-    return skipped
 
 
 def assert_every_tick(
