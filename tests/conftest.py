@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import uuid
 from collections.abc import Iterator
 
 import pytest
 from clickhouse_connect.driver.client import Client
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from stack import secrets, services
 from stack.config import REPO_ROOT, StackSettings
@@ -94,3 +96,17 @@ def wait_for_rollups(client: Client, device: str, readings: int, timeout: float 
         return list(counts) == [readings, readings]
 
     wait_until(rolled_up, timeout, f"the rollups to hold the {readings} readings of {device}")
+
+
+def new_topic(bootstrap: str, prefix: str, partitions: int = 3) -> str:
+    """A topic of the caller's own, `prefix-<random>`, ready when this returns."""
+    topic = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, replication_factor=1)])[topic].result(30)
+
+    def ready() -> bool:
+        metadata = admin.list_topics(topic, timeout=5).topics[topic]
+        return metadata.error is None and len(metadata.partitions) == partitions
+
+    wait_until(ready, 10, f"topic {topic}")
+    return topic

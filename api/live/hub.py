@@ -6,6 +6,11 @@ key, the device id: a message of no subscribed device is never decoded, so a str
 in proportion to its own devices, not to the site. It runs in a thread while at least one
 stream is subscribed and stops `idle_s` after the last one left.
 
+The consumer is watched: when a partition grew while the consumer did not move for
+`_STALL_S`, it is replaced by a new one assigned at the same positions, so no message is
+skipped. An assigned librdkafka consumer can stop fetching for good after a broker restart
+(librdkafka issue 5153); a new one fetches again.
+
 Each subscription holds at most `buffer_bytes` of messages not yet taken by its stream;
 past that it is marked overflowed and fed no more (its stream then tells the client it was
 dropped): a slow client costs bounded memory and never slows the others.
@@ -24,7 +29,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from producers.message import unpack
 from producers.reading import Reading
@@ -32,6 +37,8 @@ from producers.reading import Reading
 log = logging.getLogger("jobscope.api.live")
 _POLL_S = 0.05
 _ERROR_LOG_EVERY_S = 30.0
+_STALL_S = 5.0
+"""How often the consumer's progress is checked against the partitions' ends."""
 
 
 @dataclass(eq=False)
@@ -73,6 +80,25 @@ class Subscription:
 
     def signal(self) -> None:
         self.loop.call_soon_threadsafe(self.wake.set)
+
+
+@dataclass
+class _Progress:
+    """What the hub's stall check remembers, per partition."""
+
+    seen: dict[int, tuple[int, int]] = field(default_factory=dict)
+    """(position, end) at the last check."""
+    replaced_at: dict[int, int] = field(default_factory=dict)
+    """The position at which the consumer was last replaced for it."""
+
+    def stalled(self, partition: int, position: int, end: int) -> bool:
+        """Had messages to read at the last check and did not move since. Once replaced at
+        a position, again only if the partition grew: a last offset that no message takes
+        (a transaction marker) must not replace the consumer at every check."""
+        last = self.seen.get(partition)
+        if last is None or not last[0] == position < last[1]:
+            return False
+        return end > last[1] or self.replaced_at.get(partition) != position
 
 
 class ReadingsHub:
@@ -138,16 +164,7 @@ class ReadingsHub:
 
     def _start(self) -> None:
         """Assign every partition at its current end (under `_lock`)."""
-        consumer = Consumer(
-            {
-                "bootstrap.servers": self.bootstrap,
-                "group.id": "jobscope-api-live",  # required by the client; never joined
-                "enable.auto.commit": False,
-                "enable.auto.offset.store": False,
-                "fetch.wait.max.ms": 50,
-                "log_level": 3,
-            }
-        )
+        consumer = self._new_consumer()
         try:
             metadata = consumer.list_topics(self.topic, timeout=10).topics[self.topic]
             if metadata.error is not None:
@@ -166,11 +183,25 @@ class ReadingsHub:
         self._thread.start()
         log.info("live: reading %s from its end (%d partitions)", self.topic, len(positions))
 
+    def _new_consumer(self) -> Consumer:
+        return Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": "jobscope-api-live",  # required by the client; never joined
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "fetch.wait.max.ms": 50,
+                "log_level": 3,
+            }
+        )
+
     def _run(self) -> None:
         consumer = self._consumer
         assert consumer is not None
         idle_since: float | None = None
         error_logged = 0.0
+        next_check = time.monotonic() + _STALL_S
+        progress = _Progress()
         try:
             while not self._stopping:
                 messages = consumer.consume(1000, _POLL_S)
@@ -196,9 +227,46 @@ class ReadingsHub:
                         break
                 for sub in woken:
                     sub.signal()
+                if time.monotonic() >= next_check:
+                    next_check = time.monotonic() + _STALL_S
+                    consumer = self._unstuck(consumer, progress)
         finally:
             consumer.close()
             log.info("live: stopped reading %s", self.topic)
+
+    def _unstuck(self, consumer: Consumer, progress: _Progress) -> Consumer:
+        """`consumer`, or a new one at the same positions if it did not move since the last
+        check while a partition had messages to read then."""
+        with self._lock:
+            positions = dict(self._positions)
+        stalled = []
+        for partition, position in positions.items():
+            tp = TopicPartition(self.topic, partition)
+            try:
+                end = consumer.get_watermark_offsets(tp, timeout=1)[1]
+            except KafkaException:  # the broker is away: nothing to judge
+                progress.seen.clear()
+                return consumer
+            if progress.stalled(partition, position, end):
+                stalled.append(partition)
+            progress.seen[partition] = (position, end)
+        if not stalled:
+            return consumer
+        log.warning(
+            "live: the Kafka consumer did not move for %.0f s with messages to read in "
+            "partitions %s: replaced by a new one at the same offsets",
+            _STALL_S,
+            stalled,
+        )
+        consumer.close()
+        consumer = self._new_consumer()
+        consumer.assign([TopicPartition(self.topic, p, o) for p, o in positions.items()])
+        with self._lock:
+            if self._consumer is not None:
+                self._consumer = consumer
+        progress.seen.clear()
+        progress.replaced_at.update((p, positions[p]) for p in stalled)
+        return consumer
 
     def _dispatch(self, payload: bytes, subs: set[Subscription], woken: set[Subscription]) -> None:
         try:

@@ -92,9 +92,15 @@ class Listener:
         return [name for name, _ in list(self.events)]
 
     def wait(self, condition: Callable[[], bool], timeout: float, what: str) -> None:
-        def ok() -> bool:
-            if self.failure is not None:
-                raise AssertionError(f"the live stream failed: {self.failure!r}")
-            return condition()
+        """Wait for `condition`; on a timeout, say how the stream stands."""
+        try:
+            wait_until(lambda: self.failure is not None or condition(), timeout, what)
+        except TimeoutError as exc:
+            raise TimeoutError(f"{exc}; the stream: {self.state()}") from None
+        if self.failure is not None:
+            raise AssertionError(f"the live stream failed: {self.failure!r}")
 
-        wait_until(ok, timeout, what)
+    def state(self) -> str:
+        names = self.names()
+        open_or_ended = "open" if self.thread.is_alive() else "ended"
+        return f"{open_or_ended}, {len(names)} events, the last ones {names[-8:]}"

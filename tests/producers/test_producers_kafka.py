@@ -11,7 +11,6 @@ import re
 import signal
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +18,6 @@ from pathlib import Path
 import httpx
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from producers.message import unpack
 from producers.plugins.tester.plugin import tester_value
@@ -28,6 +26,7 @@ from producers.runtime import now_us
 from stack import services
 from stack.config import StackSettings
 from stack.processes import free_port, wait_until
+from tests.conftest import new_topic
 from tests.producers.conftest import skipped_ticks
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -91,13 +90,29 @@ class TopicReader:
     """Reads a whole topic from its beginning, without a consumer group."""
 
     def __init__(self, bootstrap: str, topic: str) -> None:
-        self.consumer = Consumer(
-            {"bootstrap.servers": bootstrap, "group.id": topic, "enable.auto.commit": False}
-        )
-        partitions = self.consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        self.partitions = [TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions]
-        self.consumer.assign(self.partitions)
+        self.bootstrap, self.topic = bootstrap, topic
+        self.consumer = self._open()
         self.messages: list[Received] = []
+
+    def _open(self) -> Consumer:
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": self.topic,
+                "enable.auto.commit": False,
+            }
+        )
+        partitions = consumer.list_topics(self.topic, timeout=10).topics[self.topic].partitions
+        self.partitions = [TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in partitions]
+        consumer.assign(self.partitions)
+        return consumer
+
+    def reopen(self) -> None:
+        """Read the topic again from its beginning with a new consumer: an assigned consumer
+        can stop fetching for good after a broker restart (librdkafka issue 5153)."""
+        self.consumer.close()
+        self.consumer = self._open()
+        self.messages = []
 
     def fetch(self) -> None:
         """Keep every message of the batch, then raise the first error in it, if any: a
@@ -146,20 +161,6 @@ class Run:
     """While node-flap's hang file existed."""
 
 
-def _create_topic(bootstrap: str, partitions: int = 3) -> str:
-    """A topic of this test's own, ready when this returns."""
-    topic = f"test-producers-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, partitions, replication_factor=1)])[topic].result()
-
-    def ready() -> bool:
-        metadata = admin.list_topics(topic, timeout=5).topics[topic]
-        return metadata.error is None and len(metadata.partitions) == partitions
-
-    wait_until(ready, 10, f"topic {topic}")
-    return topic
-
-
 def _start_producers(
     kafka: str, topic: str, tmp_path: Path, devices: str, **settings: str
 ) -> tuple[subprocess.Popen[bytes], Path]:
@@ -191,7 +192,7 @@ def _start_producers(
 def run(kafka: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     tmp = tmp_path_factory.mktemp("producers")
     flap = tmp / "node-flap.hang"
-    topic = _create_topic(kafka)
+    topic = new_topic(kafka, "test-producers")
     metrics_port = free_port()
     proc, log_file = _start_producers(
         kafka,
@@ -405,7 +406,7 @@ def test_stats_line_counts_timeouts_and_errors(run: Run) -> None:
 
 def test_sigterm_flushes_what_the_client_still_held(kafka: str, tmp_path: Path) -> None:
     """With a 60 s linger nothing leaves the client by itself: only the flush sends it."""
-    topic = _create_topic(kafka)
+    topic = new_topic(kafka, "test-producers")
     proc, log_file = _start_producers(
         kafka,
         topic,
@@ -444,7 +445,7 @@ def test_shards_split_the_devices_between_processes(kafka: str, tmp_path: Path) 
     procs = []
     for index in range(2):
         (tmp_path / str(index)).mkdir()
-        topic = _create_topic(kafka)
+        topic = new_topic(kafka, "test-producers")
         proc, log_file = _start_producers(
             kafka, topic, tmp_path / str(index), devices, shard=f"{index}/2"
         )
@@ -478,7 +479,7 @@ def test_broker_restart_loses_no_reading(
 
     Restarts the session's broker: other users of the `kafka` fixture see it come back.
     """
-    topic = _create_topic(kafka)
+    topic = new_topic(kafka, "test-producers")
     proc, log_file = _start_producers(
         kafka,
         topic,
@@ -493,6 +494,7 @@ def test_broker_restart_loses_no_reading(
         down_from = now_us()
         services.start_kafka(stack_settings)
         down_until = now_us()
+        reader.reopen()
         wait_until(
             lambda: len(reader.of("node-r", after_us=down_until)) >= 3,
             60,

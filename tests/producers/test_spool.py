@@ -13,18 +13,17 @@ import socket
 import subprocess
 import sys
 import textwrap
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from producers.config import ProducerSettings
 from producers.publisher import Publisher
 from producers.spool import FILE_MAGIC, Spool, SpoolError, SpoolRecord, encode
 from stack.processes import wait_until
+from tests.conftest import new_topic
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -292,18 +291,6 @@ def test_a_message_kafka_can_never_take_is_counted_as_failed_and_logged_once(
     assert publisher.close(0).kept == 0
 
 
-def _topic(bootstrap: str) -> str:
-    topic = f"test-spool-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, 3, replication_factor=1)])[topic].result()
-    wait_until(
-        lambda: len(admin.list_topics(topic, timeout=5).topics[topic].partitions) == 3,
-        10,
-        f"topic {topic}",
-    )
-    return topic
-
-
 def _read_topic(bootstrap: str, topic: str, expected: int) -> list[tuple[str, bytes]]:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": topic, "log_level": 0})
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(3)])
@@ -330,7 +317,7 @@ def test_a_restart_delivers_the_spool_first_in_order_exactly_once(
 ) -> None:
     """Messages kept at shutdown without a broker (in flight, in memory, spooled) are
     delivered by the next process, before its own, each device's in order, once each."""
-    topic = _topic(kafka)
+    topic = new_topic(kafka, "test-spool")
     spool_dir = tmp_path / "spool"
     small = {
         "readings_topic": topic,

@@ -101,11 +101,15 @@ def test_api_survives_a_broker_restart(
         if not broker.is_running():
             services.start_kafka(clickhouse)
 
-    listener.wait(
-        lambda: set(accepted) <= _values(listener),
-        60,
-        "every accepted reading, also after the restart, on the stream opened before it",
-    )
+    try:
+        listener.wait(
+            lambda: set(accepted) <= _values(listener),
+            60,
+            "every accepted reading, also after the restart, on the stream opened before it",
+        )
+    except TimeoutError as exc:
+        missing = sorted(set(accepted) - _values(listener))
+        raise AssertionError(f"{exc}\naccepted {accepted}, not on the stream {missing}") from None
     assert not set(refused) & _values(listener), "a refused push reached the live stream"
     where = "WHERE startsWith(device_id, {p:String}) AND metric_id = {m:String}"
     params = {"p": prefix, "m": METRIC}
