@@ -405,8 +405,8 @@ def ingest_run(
     refreshed = engine.value(
         "SELECT count() FROM system.view_refreshes WHERE database = currentDatabase()"
     ) == str(len(rollups.REFRESHES))
-    for view in rollups.REFRESHES if refreshed else ():
-        engine.run(f"SYSTEM STOP VIEW {view}")
+    if refreshed:
+        rollups.switch(engine.run, "STOP")
     engine.run("SYSTEM STOP MERGES")
     began_cpu, began = time.process_time(), time.perf_counter()
     for file in files:

@@ -9,6 +9,12 @@ from collections.abc import Callable
 REFRESHES = ("metrics_1m_refresh", "metrics_1h_refresh")
 
 
+def switch(run: Callable[[str], object], action: str) -> None:
+    """`SYSTEM <action> VIEW` (STOP or START) of each refresh."""
+    for view in REFRESHES:
+        run(f"SYSTEM {action} VIEW {view}")
+
+
 def refresh_now(run: Callable[[str], object]) -> None:
     """Each refresh started, run at once and waited for, in order (`run` executes one
     statement). A refresh still takes only the buckets noted before the current minute."""

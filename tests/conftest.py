@@ -14,9 +14,9 @@ from collections.abc import Iterator
 
 import pytest
 from clickhouse_connect.driver.client import Client
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
-from stack import secrets, services
+from stack import secrets, services, topics
 from stack.config import REPO_ROOT, StackSettings
 from stack.processes import wait_until
 
@@ -101,8 +101,8 @@ def wait_for_rollups(client: Client, device: str, readings: int, timeout: float 
 def new_topic(bootstrap: str, prefix: str, partitions: int = 3) -> str:
     """A topic of the caller's own, `prefix-<random>`, ready when this returns."""
     topic = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    topics.ensure_topics(bootstrap, (topics.TopicSpec(topic, partitions),))
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, partitions, replication_factor=1)])[topic].result(30)
 
     def ready() -> bool:
         metadata = admin.list_topics(topic, timeout=5).topics[topic]

@@ -262,8 +262,7 @@ class ReadingsHub:
         consumer = self._new_consumer()
         consumer.assign([TopicPartition(self.topic, p, o) for p, o in positions.items()])
         with self._lock:
-            if self._consumer is not None:
-                self._consumer = consumer
+            self._consumer = consumer
         progress.seen.clear()
         progress.replaced_at.update((p, positions[p]) for p in stalled)
         return consumer

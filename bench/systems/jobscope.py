@@ -160,13 +160,8 @@ class Jobscope(System):
         a running deployment (measured: cold, it spent 1.6-1.8 CPU-s on this load instead of
         0.9-1.1). The peers (Go, C) have nothing to warm."""
         self._fill("bench-warmup", self._warmup(data), 100, payloads.PRODUCTION_FORMAT, arrays=True)
-        self._refreshes("STOP")  # their cost is measured on its own: `_rollups`
-
-    def _refreshes(self, action: str) -> None:
-        """`SYSTEM <action> VIEW` (STOP or START) of each rollup refresh."""
         assert self.admin is not None
-        for view in rollups.REFRESHES:
-            self.admin.command(f"SYSTEM {action} VIEW {view}")
+        rollups.switch(self.admin.command, "STOP")  # their cost is measured apart: `_rollups`
 
     def _warmup(self, data: Dataset) -> Dataset:
         per_s = data.spec.devices * data.spec.metrics / data.spec.period_s
@@ -493,7 +488,8 @@ class Jobscope(System):
         for name, step in steps:
             if only is not None and name not in only:
                 if name == "rollups":
-                    self._refreshes("START")
+                    assert self.admin is not None
+                    rollups.switch(self.admin.command, "START")
                 continue
             log.info("jobscope: %s", name)
             try:

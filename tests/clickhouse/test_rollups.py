@@ -44,12 +44,7 @@ def _a_few_minutes_later(client: Client) -> None:
 
 def _refresh(client: Client) -> None:
     rollups.refresh_now(client.command)
-    _stop_refreshes(client)
-
-
-def _stop_refreshes(client: Client) -> None:
-    for view in rollups.REFRESHES:
-        client.command(f"SYSTEM STOP VIEW {view}")
+    rollups.switch(client.command, "STOP")
 
 
 def _rollups(client: Client, device: str) -> dict[str, tuple]:
@@ -78,7 +73,7 @@ def test_rollups_are_exact_and_follow_late_readings(
 ) -> None:
     with scratch_database(clickhouse, admin_client, "rollups") as (client, settings):
         apply_migrations(client, settings)
-        _stop_refreshes(client)
+        rollups.switch(client.command, "STOP")
         now = datetime.now(UTC).replace(tzinfo=None)
         hour = now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=3)
         rows = [

@@ -6,19 +6,17 @@ import time
 import uuid
 
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from producers.message import pack
 from producers.reading import Reading
 from stack import services, topics
 from stack.config import StackSettings
 from stack.processes import wait_until
+from tests.conftest import new_topic
 
 
 def test_lag_counts_what_a_group_has_not_committed(clickhouse: StackSettings) -> None:
-    topic = f"lag-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": clickhouse.kafka_bootstrap})
-    admin.create_topics([NewTopic(topic, num_partitions=3, replication_factor=1)])[topic].result(30)
+    topic = new_topic(clickhouse.kafka_bootstrap, "lag")
     producer = Producer({"bootstrap.servers": clickhouse.kafka_bootstrap})
     for n in range(7):
         producer.produce(topic, b"x", key=str(n))
