@@ -18,6 +18,11 @@ DEVICES ?=
 # topic readings-json (JSON_TOPIC=name: to that topic); unset: no JSON copy.
 JSON_TOPIC ?=
 JSON_ENV := $(if $(filter 1,$(JSON_TOPIC)),JOBSCOPE_JSON_TOPIC=readings-json,$(if $(JSON_TOPIC),JOBSCOPE_JSON_TOPIC=$(JSON_TOPIC),))
+# `make up KAFKA_SASL=false`: a Kafka broker that lets every local account in (SASL/SCRAM
+# with a user per component otherwise: stack/kafka_broker.py). A new state gets SASL; an
+# existing one keeps the mode it was started with unless KAFKA_SASL is given.
+KAFKA_SASL ?= $(if $(wildcard $(CURDIR)/state/kafka/data/meta.properties),,true)
+KAFKA_ENV := $(if $(KAFKA_SASL),JOBSCOPE_KAFKA_SASL=$(KAFKA_SASL),)
 DEVICES_ENV := $(if $(filter sample,$(DEVICES)),JOBSCOPE_DEVICES_FILE=$(CURDIR)/producers/config/sample JOBSCOPE_SIMULATORS=true,$(if $(DEVICES),JOBSCOPE_DEVICES_FILE=$(abspath $(DEVICES)),))
 
 .PHONY: help up down status connect test test-fast lint format bench system-deps venv reset superset superset-venv helm-tools test-helm
@@ -50,7 +55,7 @@ $(STAMP): requirements.txt pyproject.toml
 venv: $(STAMP)
 
 up: system-deps venv
-	$(DEVICES_ENV) $(JSON_ENV) $(PY) -m stack up
+	$(DEVICES_ENV) $(JSON_ENV) $(KAFKA_ENV) $(PY) -m stack up
 
 down:
 	@if [ -x $(PY) ]; then $(PY) -m stack down; else echo "nothing to stop"; fi

@@ -2,22 +2,29 @@
 
 Static tokens are configured (`JOBSCOPE_ADMIN_TOKEN`, `JOBSCOPE_SCHEDULER_TOKEN`; `make up`
 generates both into state/secrets.env) and compared in constant time; any other token must
-be a signed one (api/tokens.py) carrying its user and role.
+be a signed one (api/tokens.py) carrying its user and role, not revoked (api/revocations.py).
+A client address with too many failed authentications is refused for a while (429,
+api/limits.py: FailedLogins). Writes are authenticated before their body is read
+(api/limits.py: BodyGuard); the role is checked by each route's dependency.
 """
 
 from __future__ import annotations
 
 import hmac
 from collections.abc import Callable
-from typing import Annotated
+from datetime import timedelta
+from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from api.config import ApiSettings
+from api.revocations import NotLoaded
 from api.tokens import InvalidToken, Principal, Role, decode
 
 __all__ = ["Principal", "Role", "principal", "reads_guard"]
+
+MISSING = "missing bearer token (Authorization: Bearer ...)"
 
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
 _bearer = HTTPBearer(auto_error=False, description="a jobscope token (see the README)")
@@ -32,18 +39,49 @@ def _static_role(settings: ApiSettings, token: str) -> Role | None:
     return None
 
 
-def authenticate(settings: ApiSettings, token: str) -> Principal:
-    """A static token acts as the user named after its role; a signed one as its `sub`.
-    HTTPException 401 for anything else (unknown, bad signature, expired)."""
+def authenticate(state: Any, token: str, client: str) -> Principal:
+    """Who `token` acts for, `state` being the app's: a static token acts as the user named
+    after its role, a signed one as its `sub`. HTTPException 401 for anything else (unknown,
+    bad signature, expired, revoked), counted against `client` (an address); 429 while
+    `client` has failed too often; 503 while the revocation list is not loaded."""
+    retry_after = state.failed_logins.retry_after(client)
+    if retry_after:
+        raise HTTPException(429, state.failed_logins.refusal(retry_after), _retry(retry_after))
+    try:
+        return _identify(state, token)
+    except HTTPException as exc:
+        if exc.status_code == 401:
+            state.failed_logins.failed(client)
+        raise
+
+
+def _identify(state: Any, token: str) -> Principal:
+    settings: ApiSettings = state.settings
     role = _static_role(settings, token)
     if role is not None:
         return Principal(role.value, role)
     if settings.token_secret is None:
         raise HTTPException(401, "unknown token", _CHALLENGE)
+    max_ttl = timedelta(days=settings.token_max_ttl_days)
     try:
-        return decode(settings.token_secret.get_secret_value(), token)
+        who = decode(settings.token_secret.get_secret_value(), token, max_ttl)
     except InvalidToken as exc:
         raise HTTPException(401, str(exc), _CHALLENGE) from None
+    try:
+        revoked = state.revocations.is_revoked(who.jti)
+    except NotLoaded as exc:
+        raise HTTPException(503, f"{exc}: try again shortly", _retry(1)) from None
+    if revoked:
+        raise HTTPException(401, f"token revoked (jti {who.jti})", _CHALLENGE)
+    return who
+
+
+def _retry(seconds: int) -> dict[str, str]:
+    return {"Retry-After": str(seconds)}
+
+
+def client_address(request: Request) -> str:
+    return request.client.host if request.client else ""
 
 
 def principal(*roles: Role) -> Callable[..., Principal]:
@@ -54,9 +92,11 @@ def principal(*roles: Role) -> Callable[..., Principal]:
         request: Request,
         credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
     ) -> Principal:
-        if credentials is None:
-            raise HTTPException(401, "missing bearer token (Authorization: Bearer ...)", _CHALLENGE)
-        who = authenticate(request.app.state.settings, credentials.credentials)
+        who: Principal | None = getattr(request.state, "principal", None)  # from BodyGuard
+        if who is None:
+            if credentials is None:
+                raise HTTPException(401, MISSING, _CHALLENGE)
+            who = authenticate(request.app.state, credentials.credentials, client_address(request))
         if who.role is not Role.ADMIN and who.role not in roles:
             wanted = " or ".join(r.value for r in (*roles, Role.ADMIN))
             role = who.role.value
@@ -79,4 +119,4 @@ async def reads_guard(
         return
     if credentials is None:
         raise HTTPException(401, "reads need a token here (Authorization: Bearer ...)", _CHALLENGE)
-    authenticate(settings, credentials.credentials)
+    authenticate(request.app.state, credentials.credentials, client_address(request))

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
-from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, ValidationInfo, field_validator
+from pydantic_settings import SettingsConfigDict
+
+from kafka.security import KafkaClientSettings
+
+MIN_TOKEN_CHARS = 16
+"""Static tokens shorter than this are refused at start (16 random URL-safe characters:
+96 bits; `make up` generates 16)."""
+MIN_TOKEN_SECRET_CHARS = 32
+"""The HS256 signing key is refused at start below this (RFC 7518: a key of 256 bits)."""
 
 
-class ApiSettings(BaseSettings):
+class ApiSettings(KafkaClientSettings):
+    """Kafka's address and credentials: kafka/security.py."""
+
     model_config = SettingsConfigDict(env_prefix="JOBSCOPE_", extra="ignore")
 
     api_host: str = "127.0.0.1"
@@ -18,7 +28,6 @@ class ApiSettings(BaseSettings):
         description="the API reads as its own read-only ClickHouse user (not the SQL users')"
     )
     clickhouse_database: str = "default"
-    kafka_bootstrap: str = "127.0.0.1:9092"
     jobs_topic: str = Field("jobs", description="job writes are published here")
     ondemand_topic: str = Field(
         "ondemand", description="on-demand activations are published here (compacted)"
@@ -34,6 +43,31 @@ class ApiSettings(BaseSettings):
         None, description="HS256 key of the signed tokens (api/tokens.py); unset: none accepted"
     )
     reads_need_token: bool = Field(False, description="reads need a valid token of any role")
+    token_max_ttl_days: float = Field(
+        365, gt=0, description="longest lifetime of a signed token: longer ones are refused"
+    )
+    revocations_topic: str = Field(
+        "token-revocations", description="revoked tokens' ids (compacted), read by every replica"
+    )
+    revocations_load_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="at start, the wait for the revocation list; signed tokens: 503 until",
+    )
+    auth_max_failures: int = Field(
+        10, gt=0, description="failed authentications of one client address per window; more: 429"
+    )
+    auth_failure_window_s: float = Field(
+        60.0, gt=0, description="the window of auth_max_failures (and the longest 429 wait)"
+    )
+    auth_tracked_clients: int = Field(
+        10_000, gt=0, description="client addresses whose failures are counted (the oldest go)"
+    )
+    forwarded_allow_ips: str = Field(
+        "127.0.0.1",
+        description="proxies whose X-Forwarded-For names the client (comma-separated, or *): "
+        "failures are counted per client",
+    )
     readings_topic: str = Field("readings", description="pushed readings are published here")
     json_topic: str = Field(
         "", description="pushed readings are also published here as JSON lines; empty: off"
@@ -43,9 +77,28 @@ class ApiSettings(BaseSettings):
         16 * 1024 * 1024, gt=0, description="a larger push body is refused (413)"
     )
     push_max_age_s: float = Field(7 * 86400, ge=0, description="pushed readings this old: 400")
-    push_max_ahead_s: float = Field(300, ge=0, description="pushed readings this far ahead: 400")
+    push_max_ahead_s: float = Field(
+        30, ge=0, description="pushed readings this far ahead of now (or of a running job): 400"
+    )
     push_max_labels: int = Field(32, ge=0, description="labels per pushed reading")
     push_max_label_chars: int = Field(256, gt=0, description="length of a pushed label key/value")
+    push_max_device_id_chars: int = Field(128, gt=0, description="longer pushed device ids: 400")
+    push_max_metric_id_chars: int = Field(128, gt=0, description="longer pushed metric ids: 400")
+    push_rate_readings_per_s: float = Field(
+        5000, gt=0, description="readings a pusher token may push per second, sustained; more: 429"
+    )
+    push_rate_burst: int = Field(
+        50_000, gt=0, description="... and at once (at least push_max_readings is allowed)"
+    )
+    push_max_new_series: int = Field(
+        10_000, gt=0, description="new series (device, metric, labels) per token and window: 429"
+    )
+    push_series_window_s: float = Field(
+        3600, gt=0, description="the window of push_max_new_series; a series idle this long is new"
+    )
+    push_tracked_tokens: int = Field(
+        1000, gt=0, description="pusher tokens whose rate and series are tracked (idle ones go)"
+    )
     job_visible_timeout_s: float = Field(
         5.0, ge=0, description="a job write waits this long to be queryable (201), else 202"
     )
@@ -80,11 +133,23 @@ class ApiSettings(BaseSettings):
     # Limits (api/limits.py, api/server.py): no request, client or query holds the API.
     max_devices: int = Field(1000, gt=0, description="devices (and nodes) named in one request")
     max_metrics: int = Field(1000, gt=0, description="metric names or globs in one request")
+    max_globs: int = Field(
+        32, gt=0, description="metric globs (names with * or ?) in one request; more: 400"
+    )
+    max_glob_chars: int = Field(256, gt=0, description="a longer metric glob: 400")
+    ondemand_max_pattern_chars: int = Field(
+        4096, gt=0, description="a longer on-demand metrics regex (body or monitor= type): 400"
+    )
     json_max_span_s: int = Field(
         86400, gt=0, description="a JSON answer over more (s, or buckets) is counted first"
     )
     json_max_readings: int = Field(
         1_000_000, gt=0, description="... and refused past this many readings (400)"
+    )
+    columnar_max_readings: int = Field(
+        20_000_000,
+        gt=0,
+        description="a Parquet or Arrow answer (built whole by the engine) of more readings: 400",
     )
     max_exports: int = Field(8, gt=0, description="readings answers streaming at once")
     export_queue: int = Field(
@@ -115,3 +180,24 @@ class ApiSettings(BaseSettings):
     shutdown_timeout_s: float = Field(
         3.0, gt=0, description="on stop, open requests (live streams) get this long to end"
     )
+    max_body_bytes: int = Field(
+        1024 * 1024, gt=0, description="a request body over this: 413 (pushes: push_max_body_bytes)"
+    )
+
+    @field_validator("admin_token", "scheduler_token", "token_secret", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        return None if value == "" else value
+
+    @field_validator("admin_token", "scheduler_token", "token_secret")
+    @classmethod
+    def _long_enough(cls, value: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
+        """Short static tokens and keys can be guessed: refused at start, naming the variable."""
+        least = MIN_TOKEN_SECRET_CHARS if info.field_name == "token_secret" else MIN_TOKEN_CHARS
+        if value is not None and len(value.get_secret_value()) < least:
+            name = f"JOBSCOPE_{str(info.field_name).upper()}"
+            raise ValueError(
+                f"{name} has {len(value.get_secret_value())} characters, at least {least} "
+                "are needed (e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+            )
+        return value

@@ -32,7 +32,7 @@ class KafkaPublisher:
             if self._producer is None:
                 self._producer = Producer(
                     {
-                        "bootstrap.servers": self._settings.kafka_bootstrap,
+                        **self._settings.kafka_client(),
                         "enable.idempotence": True,
                         "acks": "all",
                         "linger.ms": 0,

@@ -1,19 +1,32 @@
-"""Bounds on what one request may ask (devices, metrics, the size of a JSON answer) and on
-how many readings answers stream at once, each refusal naming the setting behind it.
+"""Bounds on what one request may ask (devices, metrics, the size of a JSON answer, the size
+of its body), on how many readings answers stream at once and on failed authentications,
+each refusal naming the setting behind it.
 
-A JSON answer is one array the client must hold whole (the other formats are read as they
-come): one spanning more than `json_max_span_s` is counted first, stopping at
-`json_max_readings`, and refused (400, pointing to the streamed formats) past it."""
+A JSON answer is one array the client must hold whole: one spanning more than
+`json_max_span_s` is counted first, stopping at `json_max_readings`, and refused (400,
+pointing to the streamed formats) past it. A Parquet or Arrow answer is one file the engine
+builds whole before the first byte goes out: it is always counted first, and refused past
+`columnar_max_readings`. NDJSON and CSV are streamed as they are read."""
 
 from __future__ import annotations
 
+import json
+import math
 import threading
-from collections.abc import Callable, Sized
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Sized
 from datetime import datetime
 
+from fastapi import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from api.auth import MISSING, authenticate
 from api.errors import Busy, ParameterError
 
-STREAMED = "format=ndjson, csv, parquet or arrow (streamed as they are read)"
+STREAMED = "format=ndjson or csv (streamed as they are read)"
+BUILT_WHOLE = frozenset({"parquet", "arrow"})
+"""Formats the engine builds whole (one file) before sending: counted before they are run."""
 
 
 def check_count(parameter: str, names: Sized, limit: int, setting: str, hint: str) -> None:
@@ -42,6 +55,15 @@ def json_refused(limit_s: int, max_readings: int) -> ParameterError:
         f"JOBSCOPE_JSON_MAX_SPAN_S) holds at most {max_readings} readings "
         f"(JOBSCOPE_JSON_MAX_READINGS), and this one holds more: ask {STREAMED}, a step, "
         "or a shorter time range",
+    )
+
+
+def columnar_refused(fmt: str, max_readings: int) -> ParameterError:
+    return ParameterError(
+        "format",
+        f"a {fmt} answer is built whole before it is sent, so it holds at most {max_readings} "
+        f"readings (JOBSCOPE_COLUMNAR_MAX_READINGS), and this one holds more: ask {STREAMED}, "
+        "a step, or a shorter time range",
     )
 
 
@@ -92,3 +114,142 @@ class ExportSlots:
             f"try again in {self.retry_after_s} s",
             self.retry_after_s,
         )
+
+
+class FailedLogins:
+    """Failed authentications per client address, in fixed windows: the `limit`-th failure
+    within `window_s` of an address's first one blocks that address (429, Retry-After) until
+    the window ends. At most `tracked` addresses are remembered, those that failed least
+    recently forgotten first, so memory stays bounded however many addresses try."""
+
+    def __init__(self, limit: int, window_s: float, tracked: int) -> None:
+        self.limit = limit
+        self.window_s = window_s
+        self.tracked = tracked
+        self._windows: OrderedDict[str, tuple[float, int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def retry_after(self, client: str) -> int:
+        """Seconds until `client` may try again (0: now)."""
+        with self._lock:
+            began, count = self._windows.get(client, (0.0, 0))
+            left = began + self.window_s - time.monotonic()
+            if left <= 0:
+                self._windows.pop(client, None)
+                return 0
+            return math.ceil(left) if count >= self.limit else 0
+
+    def failed(self, client: str) -> None:
+        now = time.monotonic()
+        with self._lock:
+            began, count = self._windows.pop(client, (now, 0))
+            if began + self.window_s <= now:
+                began, count = now, 0
+            self._windows[client] = (began, count + 1)
+            while len(self._windows) > self.tracked:
+                self._windows.popitem(last=False)
+
+    def refusal(self, retry_after: int) -> str:
+        return (
+            f"{self.limit} failed authentications from this address within {self.window_s:g} s "
+            f"(JOBSCOPE_AUTH_MAX_FAILURES, JOBSCOPE_AUTH_FAILURE_WINDOW_S): "
+            f"try again in {retry_after} s"
+        )
+
+
+_WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+class BodyTooLarge(HTTPException):
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"request body over {limit} bytes (JOBSCOPE_MAX_BODY_BYTES)")
+
+
+class BodyGuard:
+    """In front of every route, before anything reads a body: a write (POST, PUT, PATCH,
+    DELETE) is authenticated first (401, 429 or 503 without reading its body; the routes
+    check the role), then a body over JOBSCOPE_MAX_BODY_BYTES is refused with 413, by its
+    Content-Length or, when streamed (chunked), as soon as the bytes read pass the limit.
+    A response given before the body was read whole closes the connection instead of
+    draining it. The (method, path) pairs of `own_cap` read their bodies themselves under a
+    cap of their own (the push route) and are not counted here."""
+
+    def __init__(self, app: ASGIApp, own_cap: Collection[tuple[str, str]] = ()) -> None:
+        self.app = app
+        self.own_cap = frozenset(own_cap)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        state = scope["app"].state
+        headers = dict(scope["headers"])
+        if scope["method"] in _WRITES:
+            try:
+                who = authenticate(state, _bearer(headers), _client(scope))
+            except HTTPException as exc:
+                await _refuse(send, exc)
+                return
+            scope.setdefault("state", {})["principal"] = who
+        limit = (
+            None
+            if (scope["method"], scope["path"]) in self.own_cap
+            else state.settings.max_body_bytes
+        )
+        length = headers.get(b"content-length", b"")
+        if limit is not None and length and (not length.isdigit() or int(length) > limit):
+            await _refuse(send, BodyTooLarge(limit))
+            return
+        counted = _Counted(receive, limit)
+        if length in (b"", b"0") and b"transfer-encoding" not in headers:
+            counted.complete = True  # no body to leave unread
+
+        async def closing_send(message: Message) -> None:
+            if message["type"] == "http.response.start" and not counted.complete:
+                message["headers"] = [*message.get("headers", []), (b"connection", b"close")]
+            await send(message)
+
+        await self.app(scope, counted, closing_send)
+
+
+async def _refuse(send: Send, exc: HTTPException) -> None:
+    """`exc` as the API's JSON error, closing the connection (the body stays unread)."""
+    body = json.dumps({"error": exc.detail}).encode()
+    headers = [(k.lower().encode(), v.encode()) for k, v in (exc.headers or {}).items()]
+    headers += [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    if (b"connection", b"close") not in headers:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": exc.status_code, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _bearer(headers: dict[bytes, bytes]) -> str:
+    scheme, _, token = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise HTTPException(401, MISSING, {"WWW-Authenticate": "Bearer"})
+    return token.strip()
+
+
+def _client(scope: Scope) -> str:
+    client = scope.get("client")
+    return str(client[0]) if client else ""
+
+
+class _Counted:
+    """The request's receive, raising BodyTooLarge once more than `limit` bytes came."""
+
+    def __init__(self, receive: Receive, limit: int | None) -> None:
+        self.receive, self.limit, self.size = receive, limit, 0
+        self.complete = False
+
+    async def __call__(self) -> Message:
+        message = await self.receive()
+        if message["type"] == "http.request":
+            self.size += len(message.get("body", b""))
+            self.complete = not message.get("more_body", False)
+            if self.limit is not None and self.size > self.limit:
+                raise BodyTooLarge(self.limit)
+        return message

@@ -7,15 +7,18 @@ from contextlib import asynccontextmanager
 
 from anyio import to_thread
 from fastapi import Depends, FastAPI
+from fastapi.routing import APIRoute
 
 from api import auth, errors
 from api.clickhouse import ClickHouseProvider
 from api.config import ApiSettings
 from api.kafka import KafkaPublisher
-from api.limits import ExportSlots
+from api.limits import BodyGuard, ExportSlots, FailedLogins
 from api.live.hub import ReadingsHub
 from api.live.ingested import IngestWatch
 from api.probes import HealthProbes
+from api.push_limits import PushLimits
+from api.revocations import Revocations
 from api.routes import dashboard, devices, health, jobs, kwollect, live, metrics, push, tokens
 
 
@@ -33,13 +36,23 @@ def create_app(settings: ApiSettings) -> FastAPI:
             settings.retry_after_s,
         )
         app.state.kafka = KafkaPublisher(settings)
-        app.state.live_hub = ReadingsHub(settings.kafka_bootstrap, settings.readings_topic)
+        app.state.revocations = Revocations(settings.kafka_client(), settings.revocations_topic)
+        app.state.revocations.start()
+        # signed tokens are refused (503) until the list is read; most starts take < 1 s
+        await to_thread.run_sync(
+            app.state.revocations.wait_loaded, settings.revocations_load_timeout_s
+        )
+        security = settings.kafka_security()
+        app.state.live_hub = ReadingsHub(
+            settings.kafka_bootstrap, settings.readings_topic, security=security
+        )
         app.state.live_ingested = IngestWatch(
-            settings.kafka_bootstrap, settings.consumer_group, settings.readings_topic
+            settings.kafka_bootstrap, settings.consumer_group, settings.readings_topic, security
         )
         yield
         app.state.live_hub.close()
         app.state.live_ingested.close()
+        app.state.revocations.close()
         app.state.kafka.close()
         app.state.clickhouse.close()
         app.state.health.close()
@@ -52,6 +65,13 @@ def create_app(settings: ApiSettings) -> FastAPI:
         dependencies=[Depends(auth.reads_guard)],
     )
     app.state.settings = settings
+    app.state.failed_logins = FailedLogins(
+        settings.auth_max_failures, settings.auth_failure_window_s, settings.auth_tracked_clients
+    )
+    # the push route streams its body under its own cap (JOBSCOPE_PUSH_MAX_BODY_BYTES)
+    pushes = [(m, r.path) for r in push.router.routes if isinstance(r, APIRoute) for m in r.methods]
+    app.add_middleware(BodyGuard, own_cap=pushes)
+    app.state.push_limits = PushLimits(settings)
     errors.install(app)
     app.include_router(metrics.router)
     app.include_router(push.router)

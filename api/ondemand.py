@@ -7,21 +7,28 @@ publishes a tombstone for it. Two ways in:
 - `POST /api/jobs/{id}/on-demand` with a metric pattern;
 - Kwollect's way: an OAR job of type `monitor` or `monitor=<regexp>` (the OAR hook sends the
   job types as the label `types`), activated when the job is written as running.
+A pattern is RE2's, as the producers run it (producers/patterns.py: linear in the name):
+a longer one than `JOBSCOPE_ONDEMAND_MAX_PATTERN_CHARS`, or one RE2 refuses, is a 400 (a
+`monitor=` type: the job is written, not activated, and the API logs why).
 """
 
 from __future__ import annotations
 
+import logging
 import re
 
 import orjson
 
 from api.config import ApiSettings
+from api.errors import ParameterError
 from api.kafka import KafkaPublisher
 from api.params import iso
 from api.schemas import Job, JobCreate, JobState, OnDemand
 from api.scope import now
+from producers.patterns import PatternError, prefix_matcher
 
 MONITOR_TYPE = re.compile(r"^monitor(?:=(.*))?$")
+log = logging.getLogger(__name__)
 
 
 def activation_key(job_id: str) -> str:
@@ -37,6 +44,23 @@ def monitor_types(labels: dict[str, str] | None) -> tuple[bool, str | None]:
     if not patterns or any(not p for p in patterns):
         return bool(patterns), None
     return True, "|".join(f"(?:{p})" for p in patterns)
+
+
+def check_pattern(parameter: str, pattern: str | None, settings: ApiSettings) -> None:
+    """400 naming `parameter` if the producers would refuse `pattern`: too long, or not
+    RE2's."""
+    if pattern is None:
+        return
+    most = settings.ondemand_max_pattern_chars
+    if len(pattern) > most:
+        raise ParameterError(
+            parameter,
+            f"{len(pattern)} characters, at most {most} (JOBSCOPE_ONDEMAND_MAX_PATTERN_CHARS)",
+        )
+    try:
+        prefix_matcher(pattern, most)
+    except PatternError as exc:
+        raise ParameterError(parameter, str(exc)) from None
 
 
 def ended(job: JobCreate | Job) -> bool:
@@ -74,4 +98,9 @@ def follow_job(publisher: KafkaPublisher, settings: ApiSettings, job: JobCreate)
         return
     wanted, pattern = monitor_types(job.labels)
     if wanted and job.state is JobState.RUNNING and job.nodes:
+        try:
+            check_pattern("labels.types", pattern, settings)
+        except ParameterError as exc:
+            log.error("job %s written; its monitor= type is not activated: %s", job.job_id, exc)
+            return
         publish(publisher, settings, activation(job, pattern, None))

@@ -10,6 +10,8 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+import re2
+
 from api.errors import ParameterError
 
 TIME_HELP = "an ISO 8601 time (e.g. 2026-11-21T10:00:00+01:00; UTC without offset) or Unix seconds"
@@ -97,22 +99,33 @@ class NamePatterns:
     """Names given exactly (served by the primary key) and globs (`bmc_*`, `?`)."""
 
     exact: tuple[str, ...] = ()
-    like: tuple[str, ...] = ()
+    globs: tuple[str, ...] = ()
 
     def __bool__(self) -> bool:
-        return bool(self.exact or self.like)
+        return bool(self.exact or self.globs)
+
+    @property
+    def like(self) -> tuple[str, ...]:
+        """The globs as SQL LIKE patterns (bound as parameters, never pasted)."""
+        return tuple(_glob_to_like(g) for g in self.globs)
 
 
 def parse_patterns(parameter: str, value: str | None) -> NamePatterns:
     names = parse_list(parameter, value)
     exact = tuple(n for n in names if not set(n) & {"*", "?"})
-    like = tuple(_glob_to_like(n) for n in names if set(n) & {"*", "?"})
-    return NamePatterns(exact, like)
+    globs = tuple(n for n in names if set(n) & {"*", "?"})
+    return NamePatterns(exact, globs)
 
 
 def _glob_to_like(glob: str) -> str:
     escaped = glob.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     return escaped.replace("*", "%").replace("?", "_")
+
+
+def glob_to_re2(glob: str) -> str:
+    """The RE2 source of a glob as LIKE reads it: `*` any text, `?` one character, the rest
+    literal (matched in full, with `dot_nl`)."""
+    return "".join(".*" if c == "*" else "." if c == "?" else re2.escape(c) for c in glob)
 
 
 def parse_labels(values: list[str] | None) -> dict[str, str]:

@@ -72,7 +72,7 @@ class HealthProbes:
     def _list_brokers(self) -> ComponentHealth:
         bootstrap = self._settings.kafka_bootstrap
         if self._admin is None:
-            self._admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+            self._admin = AdminClient({**self._settings.kafka_client(), "log_level": 0})
         brokers = self._admin.list_topics(timeout=self._settings.health_timeout_s).brokers
         return ComponentHealth(ok=bool(brokers), detail=f"{len(brokers)} broker(s) at {bootstrap}")
 

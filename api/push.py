@@ -1,5 +1,11 @@
 """Readings pushed by users (`POST /api/metrics`): parsed, validated as a whole, authorised
-per device, then published to the readings topic in the producers' wire format.
+per device and time, then published to the readings topic in the producers' wire format.
+
+What a pusher may write: readings of the nodes of its own running jobs, timed inside those
+jobs (from their start to their end, or to now + `push_max_ahead_s` while they run), never a
+label starting with `_` (reserved: `_device_alias` would sum the values into the power and
+energy of every job on the aliased node; the others are jobscope's own). An admin token may
+push for any device and time within the global window, but no reserved label either.
 
 A batch is all-or-nothing up to Kafka: every reading is checked before the first message
 is sent. Kafka has no transaction here, so if it fails half-way the messages it had
@@ -11,7 +17,7 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -22,7 +28,8 @@ from api.clickhouse import ClickHouseProvider
 from api.config import ApiSettings
 from api.errors import Forbidden, ParameterError, TooLarge
 from api.kafka import KafkaPublisher, KafkaUnavailable
-from api.params import TIME_HELP, device_name, to_time, to_us
+from api.params import TIME_HELP, device_name, iso, to_time, to_us
+from api.push_limits import PushLimits
 from api.scope import now
 from api.tokens import Principal, Role
 from producers.message import pack_by_device
@@ -30,6 +37,8 @@ from producers.reading import Reading
 
 NDJSON = "application/x-ndjson"
 SOURCE_LABEL = "source"
+RESERVED_PREFIX = "_"
+"""Labels starting with it are jobscope's and the operator's: refused in a push."""
 _METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 log = logging.getLogger("jobscope.api")
@@ -94,6 +103,9 @@ def _reading(where: str, item: Any, settings: ApiSettings, window: _Window, sour
     device_id, metric_id, value = item["device_id"], item["metric_id"], item["value"]
     if not isinstance(device_id, str) or not device_id.strip():
         raise ParameterError(f"{where}.device_id", "expected a non-empty string")
+    _check_length(f"{where}.device_id", device_id, settings.push_max_device_id_chars, "DEVICE")
+    if isinstance(metric_id, str):
+        _check_length(f"{where}.metric_id", metric_id, settings.push_max_metric_id_chars, "METRIC")
     if not isinstance(metric_id, str) or not _METRIC_NAME.match(metric_id):
         raise ParameterError(
             f"{where}.metric_id", f"{metric_id!r} is not a metric name ([a-zA-Z_:][a-zA-Z0-9_:]*)"
@@ -107,6 +119,13 @@ def _reading(where: str, item: Any, settings: ApiSettings, window: _Window, sour
         float(value),
         _labels(f"{where}.labels", item.get("labels"), settings, source),
     )
+
+
+def _check_length(where: str, text: str, limit: int, name: str) -> None:
+    if len(text) > limit:
+        raise ParameterError(
+            where, f"{len(text)} characters; at most {limit} (JOBSCOPE_PUSH_MAX_{name}_ID_CHARS)"
+        )
 
 
 def _timestamp_us(where: str, value: Any, window: _Window) -> int:
@@ -138,6 +157,12 @@ def _labels(where: str, labels: Any, settings: ApiSettings, source: str) -> dict
         )
     limit = settings.push_max_label_chars
     for key, value in kept.items():
+        if isinstance(key, str) and key.startswith(RESERVED_PREFIX):
+            raise ParameterError(
+                f"{where}.{key[:limit]}",
+                f"labels starting with {RESERVED_PREFIX!r} are reserved (set by jobscope and "
+                "the operator's device entries, never by a push)",
+            )
         if not _LABEL_NAME.match(key) or len(key) > limit:
             raise ParameterError(
                 f"{where}.{key}", f"not a label name ([a-zA-Z_][a-zA-Z0-9_]*, {limit} characters)"
@@ -149,25 +174,68 @@ def _labels(where: str, labels: Any, settings: ApiSettings, source: str) -> dict
     return {**kept, SOURCE_LABEL: source}
 
 
-RUNNING_NODES = (
-    "SELECT DISTINCT arrayJoin(nodes) AS node FROM jobs "
+RUNNING_JOBS = (
+    "SELECT node, toUnixTimestamp64Micro(start_time), toUnixTimestamp64Micro(end_time) "
+    "FROM jobs ARRAY JOIN nodes AS node "
     "WHERE user = {user:String} AND state = 'running'"
 )
-"""The nodes of a user's running jobs (the reader queries with FINAL: newest versions)."""
+"""The nodes of a user's running jobs, with their spans (the reader queries with FINAL:
+newest versions)."""
 
 
-def authorise(clickhouse: ClickHouseProvider, who: Principal, devices: Iterable[str]) -> None:
-    """Admin: any device. Pusher: only the nodes of the user's own running jobs. Forbidden
-    names the first other device."""
+def _spans(
+    clickhouse: ClickHouseProvider, user: str, ahead_s: float
+) -> dict[str, list[tuple[int, int]]]:
+    """Node -> [start, end] (µs) of each running job of `user` on it: end is the job's, or
+    now + `ahead_s` while it has none (the earlier of both: nothing lands ahead of that)."""
+    latest = to_us(now() + timedelta(seconds=ahead_s))
+    spans: dict[str, list[tuple[int, int]]] = {}
+    rows = clickhouse.get().query(RUNNING_JOBS, parameters={"user": user}).result_rows
+    for node, start, end in rows:
+        if start is not None:
+            stop = latest if end is None else min(latest, end)
+            spans.setdefault(device_name(node), []).append((start, stop))
+    return spans
+
+
+def authorise(
+    clickhouse: ClickHouseProvider,
+    who: Principal,
+    readings: Sequence[Reading],
+    settings: ApiSettings,
+) -> None:
+    """Admin: any device and time (the global window, checked before). Pusher: only the nodes
+    of the user's own running jobs (Forbidden names the first other device), and only inside
+    those jobs' spans (ParameterError names the first reading outside)."""
     if who.role is Role.ADMIN:
         return
     if who.role is not Role.PUSHER:
         raise Forbidden(f"a token with role pusher or admin is required, not {who.role.value}")
-    rows = clickhouse.get().query(RUNNING_NODES, parameters={"user": who.user}).result_rows
-    allowed = {device_name(row[0]) for row in rows}
-    for device in devices:
-        if device not in allowed:
+    spans = _spans(clickhouse, who.user, settings.push_max_ahead_s)
+    for device in dict.fromkeys(r.device_id for r in readings):
+        if device not in spans:
             raise Forbidden(f"device {device!r} is not a node of a running job of {who.user!r}")
+    for i, r in enumerate(readings):
+        if not any(start <= r.timestamp_us <= end for start, end in spans[r.device_id]):
+            raise ParameterError(f"readings[{i}].timestamp", _outside(r, who.user, spans))
+
+
+def _outside(reading: Reading, user: str, spans: dict[str, list[tuple[int, int]]]) -> str:
+    def at(us: int) -> str:
+        return iso(datetime(1970, 1, 1) + timedelta(microseconds=us))
+
+    jobs = ", ".join(f"{at(s)} .. {at(e)}" for s, e in sorted(spans[reading.device_id]))
+    return (
+        f"{at(reading.timestamp_us)} is outside the running jobs of {user!r} on "
+        f"{reading.device_id!r} ({jobs}; JOBSCOPE_PUSH_MAX_AHEAD_S): a pusher writes only "
+        "inside its own jobs"
+    )
+
+
+def limit_key(who: Principal) -> tuple[str, str] | None:
+    """Whose limits a push counts against: a pusher token's (user, jti); None for an admin
+    (unlimited, as its rights are)."""
+    return None if who.role is Role.ADMIN else (who.user, who.jti)
 
 
 def push(
@@ -176,12 +244,17 @@ def push(
     clickhouse: ClickHouseProvider,
     publisher: KafkaPublisher,
     settings: ApiSettings,
+    limits: PushLimits,
 ) -> int:
-    """Authorise, then publish (one message per device, keyed by its id, as the producers
-    send them) and wait for Kafka's acknowledgement of every message. The JSON topic's copy,
-    if any, follows: best effort, a failure is logged, the push stays accepted."""
+    """Authorise, count the new series against the token's limit, then publish (one message
+    per device, keyed by its id, as the producers send them) and wait for Kafka's
+    acknowledgement of every message. The JSON topic's copy, if any, follows: best effort,
+    a failure is logged, the push stays accepted."""
+    authorise(clickhouse, who, readings, settings)
+    key = limit_key(who)
+    if key is not None:
+        limits.admit_series(key, readings)
     packed = pack_by_device(readings, bool(settings.json_topic))
-    authorise(clickhouse, who, [device for device, _ in packed])
     publisher.publish_batch(settings.readings_topic, [(d, p.payload) for d, p in packed])
     if settings.json_topic:
         try:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from enum import StrEnum
 
 import hostlist
@@ -64,13 +63,8 @@ def _time_or_none(value: str | float | None) -> str | None:
 
 
 def _pattern_or_none(value: str | None) -> str | None:
-    if value is None or value == "":
-        return None
-    try:
-        re.compile(value)
-    except re.error as exc:
-        raise ValueError(f"{value!r} is not a regular expression: {exc}") from None
-    return value
+    """An empty pattern is none; the route checks the rest (api/ondemand.py)."""
+    return value or None
 
 
 class JobFields(BaseModel):
@@ -164,9 +158,9 @@ class OnDemandRequest(BaseModel):
 
     metrics: str | None = Field(
         None,
-        max_length=4096,
-        description="regular expression matched from the start of the metric name; "
-        "null or absent: every optional metric",
+        description="regular expression (RE2 syntax: no backreferences or look-around) "
+        "matched from the start of the metric name, at most JOBSCOPE_ONDEMAND_MAX_PATTERN_CHARS "
+        "characters (4096 by default); null or absent: every optional metric",
         examples=["wattmetre_power_watt", "bmc_|prom_node_"],
     )
     until: str | float | None = Field(
@@ -214,6 +208,11 @@ class MetricSummary(BaseModel):
     max: float = Field(examples=[188.0])
     last: float = Field(examples=[140.0])
     count: int = Field(examples=[3600])
+    pushed: bool = Field(
+        False,
+        description="values users wrote (pushed with source=user:*, or kwollect_custom): "
+        "kept apart from the measured ones, never summed into them",
+    )
 
 
 class NodeEnergy(BaseModel):
@@ -233,12 +232,18 @@ class NodeEnergy(BaseModel):
         examples=[3599.0],
     )
     readings: int = Field(examples=[3600])
+    pushed: bool = Field(
+        False,
+        description="values users wrote (pushed with source=user:*, or kwollect_custom): "
+        "kept apart from the measured ones, never summed into them",
+    )
 
 
 class EnergyTotal(BaseModel):
     metric_id: str = Field(examples=["bmc_power_watt"])
     joules: float = Field(examples=[1086421.0])
     nodes: int = Field(examples=[2])
+    pushed: bool = Field(False, description="a total of pushed power (see NodeEnergy.pushed)")
 
 
 class JobSummary(BaseModel):
@@ -248,7 +253,9 @@ class JobSummary(BaseModel):
     duration_s: float = Field(examples=[3600.0])
     metrics: list[MetricSummary]
     energy: list[NodeEnergy]
-    energy_total: list[EnergyTotal] = Field(description="per source (power metric), over the nodes")
+    energy_total: list[EnergyTotal] = Field(
+        description="per source (power metric), over the nodes; pushed apart"
+    )
 
 
 class DeviceInfo(BaseModel):
@@ -277,7 +284,12 @@ class PushAccepted(BaseModel):
 class TokenRequest(BaseModel):
     user: str = Field(min_length=1, examples=["alice"])
     role: str = Field(examples=["pusher"], description="admin, scheduler, pusher or reader")
-    ttl_days: float = Field(30, gt=0, le=3650, description="validity from now")
+    ttl_days: float = Field(
+        30,
+        gt=0,
+        allow_inf_nan=False,
+        description="validity from now, at most JOBSCOPE_TOKEN_MAX_TTL_DAYS (365)",
+    )
 
 
 class TokenCreated(BaseModel):
@@ -285,3 +297,12 @@ class TokenCreated(BaseModel):
     user: str = Field(examples=["alice"])
     role: str = Field(examples=["pusher"])
     expires_at: str = Field(examples=["2026-12-23T10:00:00.000000+00:00"])
+
+
+class TokenRevoked(BaseModel):
+    jti: str = Field(description="the revoked token's id, refused by every API replica")
+    revoked_by: str = Field(examples=["admin"])
+    kept_until: str = Field(
+        description="the revocation is kept until then, past any token's expiry",
+        examples=["2027-11-23T10:00:00.000000+00:00"],
+    )

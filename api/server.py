@@ -85,6 +85,9 @@ def serve(settings: ApiSettings) -> None:
         port=settings.api_port,
         http=guarded_protocol(settings),
         limit_concurrency=settings.max_connections,
+        # the client of a proxied request is the one X-Forwarded-For names (throttling)
+        proxy_headers=True,
+        forwarded_allow_ips=settings.forwarded_allow_ips,
         log_level="info",
         access_log=False,
         # live streams never end on their own: past this, shutdown closes them

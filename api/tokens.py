@@ -1,20 +1,24 @@
-"""Signed bearer tokens: HS256 JWTs with the claims `sub` (the user), `role`, `iat`, `exp`.
+"""Signed bearer tokens: HS256 JWTs with the claims `sub` (the user), `role`, `iat`, `exp`
+and `jti` (the token's id, by which it is revoked: api/revocations.py).
 
 The key is `JOBSCOPE_TOKEN_SECRET` (`make up` generates it into state/secrets.env); anyone
 holding it can mint tokens, so it stays with the API. `create_token` is what the admin
-endpoint `POST /api/tokens` and the `jobscope token create` CLI call.
+endpoint `POST /api/tokens` and the `jobscope token create` CLI call. A token living longer
+than `max_ttl` (JOBSCOPE_TOKEN_MAX_TTL_DAYS) is refused, whenever it was signed: so a
+revocation kept that long outlives the token it revokes.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
 import jwt
 
 ALGORITHM = "HS256"
-_CLAIMS = ["sub", "role", "exp", "iat"]
+_CLAIMS = ["sub", "role", "exp", "iat", "jti"]
 
 
 class Role(StrEnum):
@@ -34,6 +38,8 @@ class Principal:
 
     user: str
     role: Role
+    jti: str = field(default="", compare=False)
+    """The signed token's id ('' for a static token)."""
 
 
 class InvalidToken(ValueError):
@@ -41,18 +47,25 @@ class InvalidToken(ValueError):
 
 
 def create_token(secret: str, user: str, role: Role | str, ttl: timedelta) -> str:
-    """A token for `user` with `role`, valid for `ttl` from now."""
+    """A token for `user` with `role`, valid for `ttl` from now, with a new random `jti`."""
     if not user:
         raise ValueError("a token needs a user")
     if ttl <= timedelta(0):
         raise ValueError("a token's lifetime must be positive")
     now = datetime.now(UTC)
-    claims = {"sub": user, "role": Role(role).value, "iat": now, "exp": now + ttl}
+    claims = {
+        "sub": user,
+        "role": Role(role).value,
+        "iat": now,
+        "exp": now + ttl,
+        "jti": uuid.uuid4().hex,
+    }
     return jwt.encode(claims, secret, algorithm=ALGORITHM)
 
 
-def decode(secret: str, token: str) -> Principal:
-    """The user and role of a valid token; InvalidToken otherwise."""
+def decode(secret: str, token: str, max_ttl: timedelta | None = None) -> Principal:
+    """The user, role and id of a valid token (living at most `max_ttl`); InvalidToken
+    otherwise."""
     try:
         claims = jwt.decode(token, secret, algorithms=[ALGORITHM], options={"require": _CLAIMS})
     except jwt.ExpiredSignatureError as exc:
@@ -63,7 +76,10 @@ def decode(secret: str, token: str) -> Principal:
         raise InvalidToken("unknown token") from exc
     except jwt.InvalidTokenError as exc:
         raise InvalidToken(f"invalid token ({exc})") from exc
+    if max_ttl is not None and claims["exp"] - claims["iat"] > max_ttl.total_seconds():
+        days = max_ttl.total_seconds() / 86400
+        raise InvalidToken(f"token lives longer than {days:g} days (JOBSCOPE_TOKEN_MAX_TTL_DAYS)")
     try:
-        return Principal(str(claims["sub"]), Role(claims["role"]))
+        return Principal(str(claims["sub"]), Role(claims["role"]), str(claims["jti"]))
     except ValueError as exc:
         raise InvalidToken(f"invalid token (unknown role {claims['role']!r})") from exc

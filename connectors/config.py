@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -27,12 +29,18 @@ class ConnectSettings(BaseSettings):
     oar_db_user: str = Field("postgres", description="a role with REPLICATION")
     oar_db_password: SecretStr = SecretStr("")
 
-    def placeholders(self) -> dict[str, str]:
-        """The values of the `${...}` placeholders of the connector files."""
+    def secrets(self) -> dict[str, str]:
+        """What the connector files need that may not be in a connector's configuration:
+        stored in the worker's secrets file (connectors/worker.py), by key."""
+        return {"oar_db_password": self.oar_db_password.get_secret_value()}
+
+    def placeholders(self, references: Mapping[str, str]) -> dict[str, str]:
+        """The values of the `${...}` placeholders of the connector files; a secret's is its
+        reference in `references` (Worker.store_secrets), never the secret."""
         return {
             "OAR_DB_HOST": self.oar_db_host,
             "OAR_DB_PORT": str(self.oar_db_port),
             "OAR_DB_NAME": self.oar_db_name,
             "OAR_DB_USER": self.oar_db_user,
-            "OAR_DB_PASSWORD": self.oar_db_password.get_secret_value(),
+            "OAR_DB_PASSWORD": references["oar_db_password"],
         }

@@ -25,7 +25,9 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from clickhouse.migrate import SiteName
 from connectors import maven
-from connectors.worker import CONNECTORS_DIR, JAR_CACHE, LOG4J_CONFIG
+from connectors.worker import CONNECTORS_DIR, JAR_CACHE, LOG4J_CONFIG, escape_property
+from kafka.security import KafkaClientSettings
+from stack import secrets
 from stack.config import REPO_ROOT
 from stack.processes import ManagedProcess, wait_until
 from stack.topics import JOBS, OAR_CHANGES, READINGS
@@ -53,6 +55,14 @@ class MirrorSettings(BaseSettings):
     refresh_topics_s: int = Field(
         30, ge=1, description="how often a new or grown source topic is noticed"
     )
+    credentials: dict[SiteName, KafkaClientSettings] = Field(
+        default_factory=dict,
+        description="per cluster (a site's name or central_name), how MirrorMaker logs in "
+        'there (kafka/security.py\'s fields, e.g. `{"nancy": {"kafka_security_protocol": '
+        '"SASL_SSL", "kafka_sasl_username": ..., "kafka_sasl_password": ..., '
+        '"kafka_ssl_ca_file": ...}}`); a cluster not named: no authentication. The '
+        "passwords go to a private file that the properties name (FileConfigProvider)",
+    )
     heap: str = "256m"
     state_dir: Path = Field(REPO_ROOT / "state", description="config, PID and log go here")
 
@@ -66,6 +76,31 @@ class MirrorSettings(BaseSettings):
     def mirrored(self) -> list[str]:
         """The copies in the central cluster: `<site>.<topic>` for every site and topic."""
         return [f"{site}.{topic}" for site in self.sites for topic in self.topics]
+
+    @property
+    def secrets_file(self) -> Path:
+        return self.state_dir / "mirrormaker" / "secrets.properties"
+
+    def central_client(self) -> dict[str, str]:
+        """librdkafka's configuration of a client of the central cluster."""
+        central = self.credentials.get(self.central_name)
+        return {"bootstrap.servers": self.central, **(central.kafka_security() if central else {})}
+
+    def _security(self) -> dict[str, str]:
+        """Each cluster's security properties, passwords named in `secrets_file`."""
+        if not self.credentials:
+            return {}
+        values = {
+            "config.providers": "file",
+            "config.providers.file.class": (
+                "org.apache.kafka.common.config.provider.FileConfigProvider"
+            ),
+        }
+        for alias, client in self.credentials.items():
+            reference = f"${{file:{self.secrets_file}:{alias}.password}}"
+            for key, value in client.java_properties(reference).items():
+                values[f"{alias}.{key}"] = value
+        return values
 
     def properties(self) -> dict[str, str]:
         """MirrorMaker's configuration: one flow per site into the central cluster (with its
@@ -89,7 +124,7 @@ class MirrorSettings(BaseSettings):
             values[f"{site}.bootstrap.servers"] = bootstrap
             values[f"{site}->{self.central_name}.enabled"] = "true"
             values[f"{site}->{self.central_name}.topics"] = ",".join(self.topics)
-        return values
+        return {**values, **self._security()}
 
 
 class MirrorMaker:
@@ -105,8 +140,18 @@ class MirrorMaker:
         )
 
     def render_config(self) -> Path:
+        """The properties file, and beside it the private file of the passwords it names."""
         path = self.home / "mm2.properties"
         path.parent.mkdir(parents=True, exist_ok=True)
+        credentials = self.settings.credentials.items()
+        if credentials:
+            secrets.write_private(
+                self.settings.secrets_file,
+                "".join(
+                    f"{alias}.password={escape_property(c.kafka_sasl_password.get_secret_value())}\n"
+                    for alias, c in credentials
+                ),
+            )
         lines = (f"{key}={value}\n" for key, value in self.settings.properties().items())
         path.write_text("".join(lines))
         return path
@@ -127,7 +172,7 @@ class MirrorMaker:
 
     def copies_exist(self) -> bool:
         """Every `<site>.<topic>` copy exists in the central cluster."""
-        admin = AdminClient({"bootstrap.servers": self.settings.central, "log_level": 0})
+        admin = AdminClient({**self.settings.central_client(), "log_level": 0})
         existing = set(admin.list_topics(timeout=5).topics)
         return set(self.settings.mirrored()) <= existing
 
@@ -137,7 +182,7 @@ class MirrorMaker:
         topic = f"mm2-status.{site}.internal"
         consumer = Consumer(
             {
-                "bootstrap.servers": self.settings.central,
+                **self.settings.central_client(),
                 "group.id": "jobscope-mirror-status",
                 "enable.auto.commit": False,
                 "log_level": 0,

@@ -1,19 +1,30 @@
 """A local PostgreSQL 15 (Debian's package) holding OAR's tables, with logical replication
 on: the scheduler database of the demo (`make connect`) and of the tests. A site points the
-connector at its own OAR database instead (JOBSCOPE_CONNECT_OAR_DB_*)."""
+connector at its own OAR database instead (JOBSCOPE_CONNECT_OAR_DB_*).
+
+Its superuser `postgres` has a password (JOBSCOPE_DEMO_OAR_DB_PASSWORD of state/secrets.env,
+SCRAM, on the TCP port and the socket alike): no local account gets in without it. Its files
+are private: in the state directory, or, when root runs it as the postgres user (who cannot
+enter the private state directory), in a folder made by mkdtemp (a name nobody can guess or
+hold in advance, mode 700) whose path the state directory keeps.
+"""
 
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import signal
+import stat
 import subprocess
-from dataclasses import dataclass
+import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
 
-from stack.processes import ManagedProcess, is_alive, shared_dir, wait_until
+from stack import secrets
+from stack.processes import ManagedProcess, is_alive, wait_until
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 SCHEMA = Path(__file__).resolve().parent / "oar" / "schema.sql"
@@ -27,16 +38,28 @@ def _as_postgres(*argv: str) -> list[str]:
 
 @dataclass(frozen=True)
 class OarDatabase:
-    """The server in `state_dir/<name>` on 127.0.0.1:`port` (trust authentication on
-    loopback only: a local demo and test database)."""
+    """The server of `state_dir/<name>` on 127.0.0.1:`port`, user postgres, `password`."""
 
     state_dir: Path
     port: int
+    password: str = field(repr=False)
     name: str = "oar-postgres"
 
     @property
     def home(self) -> Path:
-        return shared_dir(self.state_dir / self.name)  # the postgres user must reach it
+        """Where the server's files are (see the module's docstring); made on first use."""
+        own = secrets.private_dir(self.state_dir / self.name)
+        if os.geteuid() != 0:
+            return own
+        pointer = own / "home"
+        if pointer.exists() and _private_to_postgres(home := Path(pointer.read_text().strip())):
+            return home
+        home = Path(tempfile.mkdtemp(prefix="jobscope-oar-postgres-"))  # root's, mode 700
+        (home / "run").mkdir(mode=0o700)
+        for path in (home / "run", home):
+            shutil.chown(path, "postgres", "postgres")
+        secrets.write_private(pointer, f"{home}\n")
+        return home
 
     @property
     def pgdata(self) -> Path:
@@ -47,20 +70,26 @@ class OarDatabase:
             return
         if not (PG_BIN / "postgres").exists():
             raise RuntimeError("postgresql-15 is not installed: run `make system-deps`")
-        (self.home / "run").mkdir(parents=True, exist_ok=True)
+        home = self.home
+        (home / "run").mkdir(mode=0o700, exist_ok=True)
+        password_file = home / "initdb-password"
+        secrets.write_private(password_file, self.password + "\n")
         if os.geteuid() == 0:
-            for path in (self.home, self.home / "run"):
-                shutil.chown(path, "postgres", "postgres")
-        subprocess.run(
-            _as_postgres(
-                str(PG_BIN / "initdb"),
-                *("-D", str(self.pgdata), "-U", "postgres", "-A", "trust", "-E", "UTF8"),
-                *("--locale=C", "--no-sync"),
-            ),
-            check=True,
-            stdout=subprocess.DEVNULL,
-            timeout=120,
-        )
+            shutil.chown(password_file, "postgres", "postgres")
+        try:
+            subprocess.run(
+                _as_postgres(
+                    str(PG_BIN / "initdb"),
+                    *("-D", str(self.pgdata), "-U", "postgres", "-E", "UTF8"),
+                    *("-A", "scram-sha-256", f"--pwfile={password_file}"),
+                    *("--locale=C", "--no-sync"),
+                ),
+                check=True,
+                stdout=subprocess.DEVNULL,
+                timeout=120,
+            )
+        finally:
+            password_file.unlink(missing_ok=True)
 
     def process(self) -> ManagedProcess:
         return ManagedProcess(self.name, self.state_dir / "pids", self.state_dir / "logs")
@@ -134,5 +163,23 @@ class OarDatabase:
 
     def connect(self, dbname: str = DATABASE) -> psycopg.Connection:
         return psycopg.connect(
-            host="127.0.0.1", port=self.port, user="postgres", dbname=dbname, autocommit=True
+            host="127.0.0.1",
+            port=self.port,
+            user="postgres",
+            password=self.password,
+            dbname=dbname,
+            autocommit=True,
         )
+
+
+def _private_to_postgres(home: Path) -> bool:
+    """Whether `home` is a folder (not a link) of the postgres user's, closed to others."""
+    try:
+        st = home.lstat()
+    except OSError:
+        return False
+    return (
+        stat.S_ISDIR(st.st_mode)
+        and st.st_uid == pwd.getpwnam("postgres").pw_uid
+        and not st.st_mode & 0o077
+    )

@@ -3,6 +3,13 @@
 The worker keeps its connectors' configurations, offsets and statuses in three compacted
 topics of the cluster it runs against (`_<name>-configs`, `-offsets`, `-status`): a restarted
 worker resumes every connector from its last committed offset.
+
+Secrets (a database's password, the worker's own Kafka password) live in one private file
+beside the worker's properties, `secrets.properties`; configurations name them through
+Connect's FileConfigProvider (`${file:<path>:<key>}`), which the worker resolves when it
+uses them, so that neither its properties nor the connector configurations in the configs
+topic (which every reader of that topic sees, and the REST API answers) hold any. The REST
+API listens on `host` (loopback in the embedded default) only.
 """
 
 from __future__ import annotations
@@ -10,10 +17,13 @@ from __future__ import annotations
 import json
 import shutil
 import urllib.request
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from connectors import maven
+from kafka.security import KafkaClientSettings
+from stack import secrets
 from stack.config import REPO_ROOT
 from stack.processes import ManagedProcess, wait_until
 
@@ -38,6 +48,8 @@ class Worker:
     heap: str = "512m"
     replication_factor: int = 1
     offset_flush_ms: int = 1000  # a restart replays at most this much of a source
+    kafka: KafkaClientSettings = field(default_factory=KafkaClientSettings)
+    """The worker's Kafka credentials (its bootstrap is `bootstrap`)."""
 
     @property
     def url(self) -> str:
@@ -55,8 +67,43 @@ class Worker:
     def process(self) -> ManagedProcess:
         return ManagedProcess(self.name, self.state_dir / "pids", self.state_dir / "logs")
 
+    @property
+    def secrets_file(self) -> Path:
+        return self.home / "secrets.properties"
+
+    def store_secrets(self, values: Mapping[str, str]) -> dict[str, str]:
+        """Add `values` to the worker's private secrets file; return the reference to each
+        (`${file:<path>:<key>}`), what configurations hold instead."""
+        stored = self._stored_secrets()
+        stored.update(values)
+        self.home.mkdir(parents=True, exist_ok=True)
+        secrets.write_private(
+            self.secrets_file,
+            "".join(f"{key}={escape_property(value)}\n" for key, value in sorted(stored.items())),
+        )
+        return self.references(values)
+
+    def references(self, keys: Iterable[str]) -> dict[str, str]:
+        """The config provider's reference to each key of the secrets file."""
+        return {key: f"${{file:{self.secrets_file}:{key}}}" for key in keys}
+
+    def _stored_secrets(self) -> dict[str, str]:
+        if not self.secrets_file.exists():
+            return {}
+        lines = self.secrets_file.read_text().splitlines()
+        return {
+            key: value.replace("\\\\", "\\")
+            for key, _, value in (line.partition("=") for line in lines)
+        }
+
     def render_config(self) -> Path:
-        """Write the worker's properties into its state directory."""
+        """Write the worker's properties into its state directory (its Kafka password as a
+        reference into the secrets file)."""
+        reference = None
+        if self.kafka.sasl:
+            password = self.kafka.kafka_sasl_password.get_secret_value()
+            reference = self.store_secrets({"kafka_password": password})["kafka_password"]
+        security = self.kafka.java_properties(reference)
         values = {
             "bootstrap.servers": self.bootstrap,
             "group.id": f"jobscope-{self.name}",
@@ -76,6 +123,16 @@ class Worker:
             "offset.flush.interval.ms": self.offset_flush_ms,
             "plugin.path": self.plugin_path,
             "plugin.discovery": "hybrid_warn",
+            "config.providers": "file",
+            "config.providers.file.class": (
+                "org.apache.kafka.common.config.provider.FileConfigProvider"
+            ),
+            # the worker's own clients, and those it creates for connectors
+            **{
+                f"{prefix}{key}": value
+                for prefix in ("", "producer.", "consumer.", "admin.")
+                for key, value in security.items()
+            },
         }
         path = self.home / "worker.properties"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -125,3 +182,8 @@ class Worker:
     def kill(self) -> None:
         """kill -9, as a crash would."""
         self.process().kill()
+
+
+def escape_property(value: str) -> str:
+    """A value as a Java properties file reads it back (backslash is its escape)."""
+    return value.replace("\\", "\\\\")

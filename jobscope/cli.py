@@ -23,7 +23,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from jobscope.client import DEFAULT_API, ApiError, Client
+from jobscope.client import DEFAULT_API, ApiError, Client, token_id
 
 EXPORT_FORMATS = ("csv", "parquet", "ndjson")
 JOB_COLUMNS = ("job_id", "user", "state", "queue", "nodes", "start", "end")
@@ -256,6 +256,21 @@ def token() -> None:
 def token_create(ctx: click.Context, user: str, role: str, ttl_days: int | None) -> None:
     """Create a token and print it (alone on stdout, for scripts)."""
     click.echo(_client(ctx).create_token(user, role, ttl_days)["token"])
+
+
+@token.command("revoke")
+@click.argument("token_or_jti")
+@click.pass_context
+def token_revoke(ctx: click.Context, token_or_jti: str) -> None:
+    """Revoke a signed token, given whole or by its id (jti): every API replica refuses it."""
+    jti = token_or_jti
+    if token_or_jti.count(".") == 2:  # a whole token: its id is in its claims
+        try:
+            jti = token_id(token_or_jti)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="TOKEN_OR_JTI") from None
+    answer = _client(ctx).revoke_token(jti)
+    click.echo(f"token {answer['jti']} revoked (kept until {answer['kept_until']})")
 
 
 def _cell(value: Any) -> str:

@@ -9,6 +9,8 @@ errors.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import io
 import json
 import math
@@ -246,6 +248,21 @@ class Client:
         if ttl_days is not None:
             body["ttl_days"] = ttl_days
         return self._json("POST", "/api/tokens", json=body)
+
+    def revoke_token(self, jti: str) -> dict[str, Any]:
+        """DELETE /api/tokens/{jti} (an admin token is needed): every API replica refuses it."""
+        return self._json("DELETE", f"/api/tokens/{_segment(jti)}")
+
+
+def token_id(token: str) -> str:
+    """The `jti` of a signed token, read without checking its signature (only the API can):
+    enough to name it in a revocation. ValueError if it has none."""
+    try:
+        payload = token.split(".")[1]
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+        return str(claims["jti"])
+    except (IndexError, KeyError, TypeError, ValueError, binascii.Error):
+        raise ValueError("not a signed jobscope token with a jti") from None
 
 
 def _segment(job: str | int) -> str:

@@ -8,8 +8,9 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BeforeValidator, Field, ValidationError
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import NoDecode, SettingsConfigDict
 
+from kafka.security import KafkaClientSettings
 from producers.entry import DeviceEntry
 from producers.plugins import plugin_for
 from producers.plugins.base import validation_message
@@ -100,12 +101,12 @@ def _shard(value: object) -> object:
     return Shard.parse(value) if isinstance(value, str) else value
 
 
-class ProducerSettings(BaseSettings):
-    """Settings of `python -m producers`; each one is also read from `JOBSCOPE_<NAME>`."""
+class ProducerSettings(KafkaClientSettings):
+    """Settings of `python -m producers`; each one is also read from `JOBSCOPE_<NAME>`
+    (Kafka's address and credentials: kafka/security.py)."""
 
     model_config = SettingsConfigDict(env_prefix="JOBSCOPE_", extra="forbid")
 
-    kafka_bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers")
     readings_topic: str = Field("readings", min_length=1)
     json_topic: str = Field(
         "",
@@ -114,6 +115,12 @@ class ProducerSettings(BaseSettings):
     )
     ondemand_topic: str = Field(
         "ondemand", min_length=1, description="compacted topic of on-demand activations"
+    )
+    ondemand_max_pattern_chars: int = Field(
+        4096,
+        gt=0,
+        description="an on-demand activation whose metrics regex is longer is refused "
+        "(logged, counted as activations_refused)",
     )
     shard: Annotated[Shard, NoDecode, BeforeValidator(_shard)] = Field(
         Shard(0, 1),

@@ -8,10 +8,13 @@ end. It is published on the compacted on-demand topic (`ondemand`, keyed by acti
      "metrics": "wattmetre_|bmc_", "until": "2026-11-23T12:00:00Z"}
 
 `metrics` is a regular expression matched from the start of the metric name, as Kwollect
-takes `oarsub -t monitor='<regexp>'`; null means every metric. `until` null means until
-removed (a job's activation is removed when the job ends). An entry is activated when its
-device, or the device it measures (`_device_alias`), is named by an active activation
-whose pattern matches the entry's metric name.
+takes `oarsub -t monitor='<regexp>'`; null means every metric. It is RE2's syntax, run in
+time linear in the name (producers/patterns.py): an activation whose pattern is longer than
+`JOBSCOPE_ONDEMAND_MAX_PATTERN_CHARS` or not RE2's (backreferences, look-around) is
+refused, logged and counted (`activations_refused`), and polling goes on. `until` null
+means until removed (a job's activation is removed when the job ends). An entry is
+activated when its device, or the device it measures (`_device_alias`), is named by an
+active activation whose pattern matches the entry's metric name.
 
 The producers read the whole topic at start (so a restart recovers the active set) and
 follow it; `Activations` is the set they consult, the runtime for `optional` entries and
@@ -22,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -30,6 +32,8 @@ from typing import Any
 
 import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
+
+from producers.patterns import NameMatcher, PatternError, prefix_matcher
 
 ALIAS_LABEL = "_device_alias"
 _BATCH = 500
@@ -42,7 +46,7 @@ log = logging.getLogger(__name__)
 class Activation:
     id: str
     devices: frozenset[str]
-    pattern: re.Pattern[str] | None
+    pattern: NameMatcher | None
     """None: every metric."""
     until_us: int | None
     """UTC µs; None: until removed."""
@@ -53,12 +57,13 @@ class Activation:
 
     def covers(self, devices: Iterable[str | None], metric: str) -> bool:
         return any(device in self.devices for device in devices) and (
-            self.pattern is None or self.pattern.match(metric) is not None
+            self.pattern is None or self.pattern.match(metric)
         )
 
 
-def parse_activation(key: str, value: bytes) -> Activation:
-    """The activation of one message of the on-demand topic; ValueError if malformed."""
+def parse_activation(key: str, value: bytes, max_pattern_chars: int) -> Activation:
+    """The activation of one message of the on-demand topic; ValueError if malformed or if
+    its pattern is longer than `max_pattern_chars` or not RE2's."""
     try:
         document: Any = orjson.loads(value)
     except orjson.JSONDecodeError as exc:
@@ -72,9 +77,9 @@ def parse_activation(key: str, value: bytes) -> Activation:
     if metrics is not None and not isinstance(metrics, str):
         raise ValueError("metrics: a regular expression or null")
     try:
-        pattern = re.compile(metrics) if metrics else None
-    except re.error as exc:
-        raise ValueError(f"metrics: not a regular expression: {exc}") from None
+        pattern = prefix_matcher(metrics, max_pattern_chars) if metrics else None
+    except PatternError as exc:
+        raise ValueError(f"metrics: {exc}") from None
     until = document.get("until")
     try:
         until_us = None if until is None else _epoch_us(until)
@@ -103,6 +108,8 @@ class Activations:
         self._by_id: dict[str, Activation] = dict(activations or {})
         self.version = 0
         """Incremented on every change of the set (not on expiry: compare `active_ids`)."""
+        self.refused = 0
+        """Messages of the topic refused as malformed (a bad or too long pattern included)."""
 
     def put(self, activation: Activation) -> None:
         self._by_id[activation.id] = activation
@@ -131,13 +138,21 @@ class Follower:
     """
 
     def __init__(
-        self, bootstrap: str, topic: str, activations: Activations, logger: logging.Logger
+        self,
+        kafka: Mapping[str, Any],
+        topic: str,
+        activations: Activations,
+        logger: logging.Logger,
+        max_pattern_chars: int,
     ) -> None:
+        """`kafka`: the client's bootstrap and security (KafkaClientSettings.kafka_client);
+        `max_pattern_chars`: a longer pattern is refused."""
         self.topic = topic
         self.activations = activations
+        self.max_pattern_chars = max_pattern_chars
         self._consumer = Consumer(
             {
-                "bootstrap.servers": bootstrap,
+                **kafka,
                 # required by the client; assign() below never joins or commits to it
                 "group.id": "jobscope-producers-ondemand",
                 "enable.auto.commit": False,
@@ -188,8 +203,9 @@ class Follower:
             log.info("on-demand activation removed: %s", key)
             return
         try:
-            activation = parse_activation(key, value)
+            activation = parse_activation(key, value, self.max_pattern_chars)
         except ValueError as exc:
+            self.activations.refused += 1
             if key not in self._bad:
                 self._bad.add(key)
                 log.error("on-demand activation %s ignored: %s", key, exc)

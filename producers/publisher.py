@@ -190,7 +190,7 @@ def producer_config(settings: ProducerSettings) -> dict[str, Any]:
     """The confluent-kafka configuration of the readings producer."""
     client_log = client_logger()
     return {
-        "bootstrap.servers": settings.kafka_bootstrap,
+        **settings.kafka_client(),
         "client.id": "jobscope-producers",
         "enable.idempotence": True,
         "acks": "all",

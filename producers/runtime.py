@@ -32,6 +32,7 @@ from producers.plugins import plugin_for
 from producers.plugins.base import Plugin, Skips
 from producers.publisher import Publisher, client_logger
 from producers.reading import Reading
+from producers.redact import redact_text, redact_url
 
 log = logging.getLogger(__name__)
 
@@ -347,7 +348,7 @@ class Runtime:
             log.error(
                 "poll failed: %s: %s (no readings until it recovers; repeats are only counted)",
                 _describe(plugin),
-                error,
+                redact_text(error, plugin.entries[0].url),
             )
 
     def _recovered(self, plugin: Plugin) -> None:
@@ -386,6 +387,10 @@ class Runtime:
             "activations": (
                 "on-demand activations in force",
                 len(self.activations.active_ids(now)),
+            ),
+            "activations_refused": (
+                "on-demand messages refused (malformed; a pattern too long or not RE2's)",
+                self.activations.refused,
             ),
             "polls_failing": (
                 "plugin instances whose last poll failed",
@@ -459,7 +464,7 @@ def _describe(plugin: Plugin) -> str:
     """How the log names a plugin instance: its device(s), URL and metric name(s)."""
     first = plugin.entries[0]
     more = f" and {len(plugin.entries) - 1} more entries" if len(plugin.entries) > 1 else ""
-    return f"device_id={first.device_id} url={first.url} name={first.name}{more}"
+    return f"device_id={first.device_id} url={redact_url(first.url)} name={first.name}{more}"
 
 
 async def run_producers(settings: ProducerSettings, entries: Sequence[DeviceEntry]) -> int:
@@ -483,7 +488,11 @@ async def run_producers(settings: ProducerSettings, entries: Sequence[DeviceEntr
     activations = Activations()
     runtime = Runtime(mine, publisher, settings, activations)
     follower = Follower(
-        settings.kafka_bootstrap, settings.ondemand_topic, activations, client_logger()
+        settings.kafka_client(),
+        settings.ondemand_topic,
+        activations,
+        client_logger(),
+        settings.ondemand_max_pattern_chars,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -36,7 +37,12 @@ def status(settings: StackSettings) -> bool:
     where = {
         "kafka": f"kafka://{settings.kafka_bootstrap} (topics readings, jobs, ondemand"
         + (f", {settings.json_topic}" if settings.json_topic else "")
-        + ")",
+        + ")"
+        + (
+            "; SASL/SCRAM, user admin: JOBSCOPE_KAFKA_ADMIN_PASSWORD"
+            if kafka_broker.sasl(settings)
+            else ""
+        ),
         "clickhouse": f"{settings.clickhouse_url} (HTTP interface; users jobscope, reader)",
         "producers": f"polling {settings.devices_file.name} -> topic readings; "
         f"http://{settings.host}:{settings.producer_metrics_port}/metrics",
@@ -67,6 +73,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m stack", description=__doc__)
     parser.add_argument("command", choices=("up", "down", "status", "superset"))
     command = parser.parse_args().command
+    os.umask(0o077)  # what it writes in the state directory is private (README: security)
     settings = StackSettings()
     if command == "up":
         try:

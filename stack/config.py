@@ -36,7 +36,19 @@ class StackSettings(BaseSettings):
         description="KRaft nodes (broker and controller each) on consecutive port pairs from "
         "kafka_port / kafka_controller_port; 3: topics replicated 3 times, 2 in sync",
     )
+    kafka_sasl: bool | None = Field(
+        None,
+        description="brokers that authenticate every client (SCRAM-SHA-512, a user per "
+        "component, passwords in secrets.env; `make up` sets it unless KAFKA_SASL=false); "
+        "unset: as this state directory's brokers were last started, a new one without",
+    )
     clickhouse_port: int = 8123
+    clickhouse_account: str = Field(
+        "jobscope-clickhouse",
+        description="when the stack starts as root: the system account the ClickHouse server "
+        "runs as (created with useradd if missing), which can write only the engine's own "
+        "files of the state directory; empty: root. A non-root stack runs it as its own user",
+    )
     api_port: int = 8000
     producer_metrics_port: int = Field(
         9464, description="the producers' Prometheus /metrics (plus the shard index)"

@@ -7,17 +7,18 @@ import sys
 from dataclasses import replace
 
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
+from kafka.security import KafkaClientSettings
 from stack import topics
 
 
-class TopicSettings(BaseSettings):
-    """Each setting is read from `JOBSCOPE_<NAME>`."""
+class TopicSettings(KafkaClientSettings):
+    """Each setting is read from `JOBSCOPE_<NAME>` (Kafka's address and credentials:
+    kafka/security.py)."""
 
     model_config = SettingsConfigDict(env_prefix="JOBSCOPE_", extra="ignore")
 
-    kafka_bootstrap: str = "127.0.0.1:9092"
     json_topic: str = Field("", description="the opt-in JSON copy of the readings; empty: none")
     kafka_replication_factor: int = Field(1, ge=1)
     kafka_min_insync_replicas: int = Field(1, ge=1)
@@ -39,6 +40,7 @@ def main() -> int:
         wanted,
         replication_factor=settings.kafka_replication_factor,
         min_insync_replicas=settings.kafka_min_insync_replicas,
+        security=settings.kafka_security(),
     )
     print(f"topics present: {', '.join(t.name for t in wanted)}")
     return 0

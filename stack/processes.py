@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from stack import secrets
+
 
 def wait_until(check: Callable[[], bool], timeout: float, what: str, interval: float = 0.2) -> None:
     """Poll `check` until it returns True; raise TimeoutError naming `what` otherwise."""
@@ -79,12 +81,16 @@ class ManagedProcess:
         self.log_file = log_dir / f"{name}.log"
 
     def pid(self) -> int | None:
-        """The PID of the running process, or None (stale PID files are ignored)."""
+        """The PID of the running process, or None: a PID file whose process is gone, or
+        whose PID now names another process (after a reboot, or once recycled), is stale."""
         try:
-            pid = int(self.pid_file.read_text().strip())
+            pid, *identity = self.pid_file.read_text().split()
+            pid_number = int(pid)
         except (FileNotFoundError, ValueError):
             return None
-        return pid if is_alive(pid) else None
+        if not is_alive(pid_number) or not _same_process(pid_number, identity, self.pid_file):
+            return None
+        return pid_number
 
     def is_running(self) -> bool:
         return self.pid() is not None
@@ -95,8 +101,12 @@ class ManagedProcess:
         env: Mapping[str, str] | None = None,
         cwd: Path | None = None,
         ports: Sequence[tuple[str, int]] = (),
+        account: tuple[int, int] | None = None,
+        pass_fds: Sequence[int] = (),
     ) -> int:
-        """Start `argv` detached (own session), appending output to the log file.
+        """Start `argv` detached (own session), appending output to the log file, with the
+        calling shell's environment less its secrets (stack.secrets.public_environ) plus
+        `env`, as `account` (uid, gid; root only) when given, files it creates private.
 
         Refuses when one of `ports` is already taken by a process this one did not start.
         """
@@ -108,19 +118,26 @@ class ManagedProcess:
                     f"cannot start {self.name}: {host}:{port} is already in use by another "
                     "process (another jobscope? set the JOBSCOPE_*_PORT variables)"
                 )
-        self.pid_file.parent.mkdir(parents=True, exist_ok=True)
-        self.log_file.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_file, "ab") as log:
+        self.pid_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.log_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        as_account = (
+            {"user": account[0], "group": account[1], "extra_groups": []} if account else {}
+        )
+        log_fd = os.open(self.log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        with open(log_fd, "ab") as log:
             proc = subprocess.Popen(
                 list(argv),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env={**os.environ, **(env or {})},
+                env={**secrets.public_environ(), **(env or {})},
                 cwd=cwd,
                 start_new_session=True,
+                pass_fds=tuple(pass_fds),
+                umask=0o077,
+                **as_account,
             )
-        self.pid_file.write_text(f"{proc.pid}\n")
+        secrets.write_private(self.pid_file, f"{proc.pid} {_identity(proc.pid)}\n")
         return proc.pid
 
     def stop(self, timeout: float = 20.0, sig: int = signal.SIGTERM) -> None:
@@ -156,6 +173,37 @@ def is_alive(pid: int) -> bool:
     except (FileNotFoundError, IndexError, ProcessLookupError):
         return False
     return not (state in "ZX" and threads <= 1)
+
+
+def _boot_id() -> str:
+    return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+
+
+def _start_ticks(pid: int) -> int:
+    """When `pid` started, in clock ticks since boot (field 22 of /proc/<pid>/stat)."""
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[19])
+
+
+def _identity(pid: int) -> str:
+    """What tells this process from a later one with the same PID: its start and the boot."""
+    return f"{_start_ticks(pid)} {_boot_id()}"
+
+
+def _same_process(pid: int, identity: Sequence[str], pid_file: Path) -> bool:
+    """Whether `pid` is the process its PID file was written for. A file of an older
+    release (the PID alone) is trusted only if the process started before it was written."""
+    try:
+        if identity:
+            return " ".join(identity) == _identity(pid)
+        boot = next(
+            float(line.split()[1])
+            for line in Path("/proc/stat").read_text().splitlines()
+            if line.startswith("btime ")
+        )
+        started = boot + _start_ticks(pid) / os.sysconf("SC_CLK_TCK")
+        return started <= pid_file.stat().st_mtime + 2.0
+    except (OSError, IndexError, ValueError, StopIteration):
+        return False
 
 
 def _signal_group(pid: int, sig: int) -> None:

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import logging
+import os
+import pwd
 import shutil
+import stat
+import subprocess
 import sys
+import sysconfig
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -37,15 +42,20 @@ def fresh_stack(state_dir: Path) -> StackSettings:
     return settings
 
 
-def component_env(settings: StackSettings) -> dict[str, str]:
-    """The environment every component reads its settings from (see the README)."""
+def component_env(settings: StackSettings, part: str | None = None) -> dict[str, str]:
+    """The environment every component reads its settings from (see the README), with the
+    secrets of `part` (a name of stack.secrets.OWNERS), or with every secret when None: for
+    a test or a tool that starts a part by hand."""
+    prepare_state_dir(settings)
+    values = secrets.load_or_create(settings.state_dir)
+    own = values if part is None else {name: values[name] for name in secrets.OWNERS[part]}
     return {
-        **secrets.load_or_create(settings.state_dir),
+        **own,
         "JOBSCOPE_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
         "JOBSCOPE_CLICKHOUSE_HOST": settings.host,
         "JOBSCOPE_CLICKHOUSE_PORT": str(settings.clickhouse_port),
         "JOBSCOPE_CLICKHOUSE_DATA_DIR": str(settings.state_dir / "clickhouse"),
-        "JOBSCOPE_CLICKHOUSE_ENGINE_LOG_FILE": str(settings.log_dir / "clickhouse-engine.log"),
+        "JOBSCOPE_CLICKHOUSE_ENGINE_LOG_FILE": str(engine_log_file(settings)),
         "JOBSCOPE_API_HOST": settings.host,
         "JOBSCOPE_API_PORT": str(settings.api_port),
         "JOBSCOPE_METRICS_PORT": str(settings.producer_metrics_port),
@@ -54,6 +64,116 @@ def component_env(settings: StackSettings) -> dict[str, str]:
         "JOBSCOPE_JSON_TOPIC": settings.json_topic,
         "PYTHONUNBUFFERED": "1",
     }
+
+
+def engine_log_file(settings: StackSettings) -> Path:
+    return settings.log_dir / "clickhouse-engine.log"
+
+
+# A system account with its own group, no home and no login shell.
+USERADD_OPTIONS = (
+    *("--system", "--user-group", "--no-create-home"),
+    *("--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin"),
+)
+
+
+def clickhouse_account(settings: StackSettings) -> tuple[int, int] | None:
+    """(uid, gid) of the account the ClickHouse server runs as when the stack starts as
+    root, created (a system account, no home, no shell) the first time; None otherwise."""
+    name = settings.clickhouse_account
+    if os.geteuid() != 0 or not name:
+        return None
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        created = subprocess.run(
+            ["useradd", *USERADD_OPTIONS, name], check=False, capture_output=True, text=True
+        )
+        if created.returncode not in (0, 9):  # 9: created meanwhile by another start
+            raise RuntimeError(
+                f"cannot create the account {name}: {created.stderr.strip()}"
+            ) from None
+        entry = pwd.getpwnam(name)
+    return entry.pw_uid, entry.pw_gid
+
+
+def prepare_state_dir(settings: StackSettings) -> None:
+    """The state directory, its logs and PIDs, private to this account (mode 700; what it
+    holds is closed to others: `python -m stack` runs with umask 077, and entries an older
+    release or another tool left open are closed here); when the ClickHouse server runs as
+    an account of its own, state/ and logs/ let that account's group reach (not list) its
+    own entries: mode 710."""
+    account = clickhouse_account(settings)
+    group = account[1] if account else None
+    secrets.private_dir(settings.state_dir, group)
+    secrets.private_dir(settings.log_dir, group)
+    secrets.private_dir(settings.pid_dir)
+    for path in (*settings.state_dir.iterdir(), *settings.log_dir.iterdir()):
+        mode = path.lstat().st_mode
+        if mode & 0o077 and not stat.S_ISLNK(mode) and path != settings.log_dir:
+            path.chmod(stat.S_IMODE(mode) & 0o700)  # left open by an older release
+    if account:
+        _check_reachable(settings.state_dir, *account)
+
+
+def _closed_parent(path: Path, uid: int, gid: int) -> Path | None:
+    """The first folder above `path` the account (uid, gid) cannot traverse, if any."""
+    for parent in reversed(path.resolve().parents):
+        st = parent.stat()
+        if not (
+            st.st_mode & stat.S_IXOTH
+            or (st.st_gid == gid and st.st_mode & stat.S_IXGRP)
+            or st.st_uid == uid
+        ):
+            return parent
+    return None
+
+
+def _check_reachable(path: Path, uid: int, gid: int) -> None:
+    """Fail, naming the folder, when the ClickHouse account could not reach `path`."""
+    if (closed := _closed_parent(path, uid, gid)) is not None:
+        raise RuntimeError(
+            f"the ClickHouse account cannot reach {path}: {closed} is closed to it; move it "
+            "(for the state: JOBSCOPE_STATE_DIR) or set JOBSCOPE_CLICKHOUSE_ACCOUNT='' to run "
+            "the server as root"
+        )
+
+
+def _server_command(account: tuple[int, int] | None) -> tuple[list[str], dict[str, str]]:
+    """How to run `python -m clickhouse.server` (and its environment) as `account`: with this
+    interpreter, or, when it lies where the account cannot reach (a Python built in root's
+    home), with the system's Python of the same version and this venv's packages on its
+    path (the venv and the repository must be readable by everyone, as they are by default)."""
+    argv = ["-m", "clickhouse.server"]
+    if account is None or _closed_parent(Path(sys.executable), *account) is None:
+        return [sys.executable, *argv], {}
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    system = shutil.which(version, path=os.defpath + ":/usr/bin:/usr/local/bin")
+    if system is None or _closed_parent(Path(system), *account) is not None:
+        raise RuntimeError(
+            f"the ClickHouse account cannot run {sys.executable} and finds no {version} of its "
+            "own: install one, or set JOBSCOPE_CLICKHOUSE_ACCOUNT='' to run the server as root"
+        )
+    paths = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], str(REPO_ROOT)]
+    for path in paths:
+        _check_reachable(Path(path), *account)
+    return [system, "-s", *argv], {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}
+
+
+def _give_to(account: tuple[int, int], path: Path, directory: bool) -> None:
+    """Make `path` (a folder, with what it holds, or a file) the ClickHouse account's."""
+    uid, gid = account
+    if directory:
+        path.mkdir(mode=0o700, exist_ok=True)
+    else:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600))
+    if path.lstat().st_uid == uid:
+        return
+    os.chown(path, uid, gid, follow_symlinks=False)
+    if directory:  # a data directory of an older release, or of a stack run as root
+        for root, dirs, files in os.walk(path):
+            for name in dirs + files:
+                os.chown(os.path.join(root, name), uid, gid, follow_symlinks=False)
 
 
 # The local server's users and the variable holding each one's password.
@@ -108,18 +228,48 @@ def start_kafka(settings: StackSettings) -> None:
         (*topics.ALL_TOPICS, *optional),
         replication_factor=settings.kafka_replication_factor,
         min_insync_replicas=settings.kafka_min_insync_replicas,
+        security=kafka_broker.client_settings(settings).kafka_security(),
     )
 
 
 def start_clickhouse(settings: StackSettings, timeout: float = 60.0) -> None:
-    """Start the local ClickHouse server and apply the schema."""
-    env = component_env(settings)
-    process(settings, "clickhouse").start(
-        [sys.executable, "-m", "clickhouse.server"],
-        env=env,
-        cwd=REPO_ROOT,
-        ports=[(settings.host, settings.clickhouse_port)],
-    )
+    """Start the local ClickHouse server and apply the schema. Its users' passwords reach it
+    through a pipe it reads at start (JOBSCOPE_CLICKHOUSE_SECRETS_FD), never its environment;
+    started as root, it runs as its own account (`clickhouse_account`), owner of its data,
+    spool, configuration and log files and of nothing else."""
+    env = component_env(settings, "clickhouse")
+    passwords = {name: env.pop(name) for name in secrets.OWNERS["clickhouse"]}
+    kafka = kafka_broker.client_env(settings, "clickhouse")  # its Kafka password: piped too
+    passwords.update({n: kafka.pop(n) for n in list(kafka) if n.endswith("_PASSWORD")})
+    env.update(kafka)
+    account = clickhouse_account(settings)
+    data_dir = settings.state_dir / "clickhouse"
+    if account:
+        for path, directory in (
+            (data_dir, True),
+            (data_dir.with_name(data_dir.name + "-tmp"), True),
+            (data_dir.with_name(data_dir.name + "-engine.xml"), False),
+            (engine_log_file(settings), False),
+        ):
+            _give_to(account, path, directory)
+    argv, python_env = _server_command(account)
+    read_end = secrets.pipe(passwords)
+    try:
+        process(settings, "clickhouse").start(
+            argv,
+            env={
+                **env,
+                **python_env,
+                "JOBSCOPE_CLICKHOUSE_SECRETS_FD": str(read_end),
+                "HOME": str(data_dir),
+            },
+            cwd=REPO_ROOT,
+            ports=[(settings.host, settings.clickhouse_port)],
+            account=account,
+            pass_fds=(read_end,),
+        )
+    finally:
+        os.close(read_end)
     wait_until(
         lambda: _http_ok(f"{settings.clickhouse_url}/ping"),
         timeout,
@@ -145,7 +295,11 @@ def start_producers(
             "--devices",
             str(devices_file or settings.devices_file),
         ],
-        env=component_env(settings),
+        env={
+            **secrets.shell_secrets(),
+            **component_env(settings, "producers"),
+            **kafka_broker.client_env(settings, "producers"),
+        },
         cwd=REPO_ROOT,
     )
     return proc
@@ -160,7 +314,9 @@ def start_simulators(settings: StackSettings, timeout: float = 300.0) -> None:
     ready.unlink(missing_ok=True)
     proc = process(settings, "simulators")
     proc.start(
-        [sys.executable, "-m", "stack.simulators"], env=component_env(settings), cwd=REPO_ROOT
+        [sys.executable, "-m", "stack.simulators"],
+        env=component_env(settings, "simulators"),
+        cwd=REPO_ROOT,
     )
     wait_until(
         lambda: ready.exists() or not proc.is_running(), timeout, "the simulated devices", 0.5
@@ -177,7 +333,7 @@ def simulators_ready_file(settings: StackSettings) -> Path:
 def start_api(settings: StackSettings, timeout: float = 60.0) -> None:
     process(settings, "api").start(
         [sys.executable, "-m", "api"],
-        env=component_env(settings),
+        env={**component_env(settings, "api"), **kafka_broker.client_env(settings, "api")},
         cwd=REPO_ROOT,
         ports=[(settings.host, settings.api_port)],
     )
@@ -219,7 +375,10 @@ def _drain_readings(settings: StackSettings, timeout: float) -> None:
 
     def consumed() -> bool:
         lag = topics.consumer_lag(
-            settings.kafka_bootstrap, migration.consumer_group, migration.readings_topic
+            settings.kafka_bootstrap,
+            migration.consumer_group,
+            migration.readings_topic,
+            security=kafka_broker.client_settings(settings).kafka_security(),
         )
         return lag == 0
 

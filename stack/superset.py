@@ -97,25 +97,30 @@ def check_installed(settings: SupersetSettings) -> None:
 
 
 def _run(
-    stack: StackSettings, settings: SupersetSettings, *args: str, program: str = "superset"
+    stack: StackSettings,
+    settings: SupersetSettings,
+    *args: str,
+    program: str = "superset",
+    env: dict[str, str] | None = None,
+    stdin: str | None = None,
 ) -> str:
-    """Run a command of Superset's venv (`superset` by default); its output goes to the
-    log, a failure raises with it."""
+    """Run a command of Superset's venv (`superset` by default), with `env` added and `stdin`
+    as its input (never a password in its arguments); its output goes to the log, a failure
+    raises with it."""
     result = subprocess.run(
         [str(settings.bin(program)), *args],
-        env={**os.environ, **superset_env(stack, settings)},
+        env={**secrets.public_environ(), **superset_env(stack, settings), **(env or {})},
         cwd=home(stack),
+        input=stdin,
         capture_output=True,
         text=True,
         check=False,
+        start_new_session=True,  # no terminal: a prompt reads `stdin`
     )
     log_file = stack.log_dir / "superset-setup.log"
-    log_file.parent.mkdir(parents=True, exist_ok=True)
-    with log_file.open("a") as log:
-        shown = [
-            "***" if prev == "--password" else a for prev, a in zip(("", *args), args, strict=False)
-        ]
-        log.write(f"$ {program} {' '.join(shown)}\n")
+    log_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with open(os.open(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "a") as log:
+        log.write(f"$ {program} {' '.join(args)}\n")
         log.write(result.stdout + result.stderr)
     if result.returncode != 0:
         raise RuntimeError(
@@ -136,9 +141,11 @@ def initialise(stack: StackSettings, settings: SupersetSettings) -> None:
     home(stack).mkdir(parents=True, exist_ok=True)
     done = home(stack) / f".initialised-{_version(settings)}"
     earlier = list(home(stack).glob(".initialised-*"))
-    password = ("--password", admin_password(stack))
+    password = admin_password(stack)
     if not done.exists():
         _run(stack, settings, "db", "upgrade")
+    # The password reaches `superset fab ...` by Flask's FLASK_<COMMAND>_<OPTION> variables
+    # (and on its standard input, should it prompt), never in its arguments.
     if not earlier:
         _run(
             stack,
@@ -153,10 +160,17 @@ def initialise(stack: StackSettings, settings: SupersetSettings) -> None:
             "admin",
             "--email",
             "admin@localhost",
-            *password,
+            env={"FLASK_FAB_CREATE_ADMIN_PASSWORD": password},
+            stdin=f"{password}\n{password}\n",
         )
     else:
-        _run(stack, settings, "fab", "reset-password", "--username", settings.admin_user, *password)
+        _run(
+            stack,
+            settings,
+            *("fab", "reset-password", "--username", settings.admin_user),
+            env={"FLASK_FAB_RESET_PASSWORD_PASSWORD": password},
+            stdin=f"{password}\n{password}\n",
+        )
     if not done.exists():
         _run(stack, settings, "init")
         for old in earlier:

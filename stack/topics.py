@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -21,7 +22,9 @@ ON_DEMAND = TopicSpec("ondemand", 1, {"cleanup.policy": "compact"})
 # OAR's job changes from the Debezium connector (connectors/oar-jobs.json): one partition,
 # so that they are consumed in commit order.
 OAR_CHANGES = TopicSpec("oar-changes", 1)
-ALL_TOPICS = (READINGS, JOBS, ON_DEMAND, OAR_CHANGES)
+# Ids of revoked API tokens (api/revocations.py), read whole by every API replica.
+TOKEN_REVOCATIONS = TopicSpec("token-revocations", 1, {"cleanup.policy": "compact"})
+ALL_TOPICS = (READINGS, JOBS, ON_DEMAND, OAR_CHANGES, TOKEN_REVOCATIONS)
 
 
 def json_readings(name: str) -> TopicSpec:
@@ -35,9 +38,11 @@ def ensure_topics(
     timeout: float = 30.0,
     replication_factor: int = 1,
     min_insync_replicas: int = 1,
+    security: Mapping[str, str] | None = None,
 ) -> None:
-    """Create the topics that do not exist yet; existing ones are left as they are."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    """Create the topics that do not exist yet; existing ones are left as they are.
+    `security`: Kafka's credentials (kafka/security.py), for a broker that asks for them."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, **(security or {})})
     existing = set(admin.list_topics(timeout=timeout).topics)
     replicas = {"min.insync.replicas": str(min_insync_replicas)} if replication_factor > 1 else {}
     missing = [
@@ -60,11 +65,22 @@ def ensure_topics(
                 raise RuntimeError(f"cannot create topic {name}: {exc}") from exc
 
 
-def consumer_lag(bootstrap: str, group: str, topic: str, timeout: float = 10.0) -> int:
+def consumer_lag(
+    bootstrap: str,
+    group: str,
+    topic: str,
+    timeout: float = 10.0,
+    security: Mapping[str, str] | None = None,
+) -> int:
     """Messages of `topic` that consumer group `group` has not committed yet (a group that
     never committed counts from the start of the topic)."""
     consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False}
+        {
+            "bootstrap.servers": bootstrap,
+            **(security or {}),
+            "group.id": group,
+            "enable.auto.commit": False,
+        }
     )
     try:
         metadata = consumer.list_topics(topic, timeout=timeout).topics[topic]

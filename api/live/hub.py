@@ -27,6 +27,7 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -102,8 +103,16 @@ class _Progress:
 
 
 class ReadingsHub:
-    def __init__(self, bootstrap: str, topic: str, idle_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        idle_s: float = 30.0,
+        security: Mapping[str, str] | None = None,
+    ) -> None:
+        """`security`: Kafka's credentials (KafkaClientSettings.kafka_security)."""
         self.bootstrap = bootstrap
+        self._security = dict(security or {})
         self.topic = topic
         self.idle_s = idle_s
         self._lock = threading.Lock()
@@ -187,6 +196,7 @@ class ReadingsHub:
         return Consumer(
             {
                 "bootstrap.servers": self.bootstrap,
+                **self._security,
                 "group.id": "jobscope-api-live",  # required by the client; never joined
                 "enable.auto.commit": False,
                 "enable.auto.offset.store": False,

@@ -6,15 +6,20 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Mapping
 
 from confluent_kafka import Consumer, TopicPartition
 
 
 class IngestWatch:
-    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
+    def __init__(
+        self, bootstrap: str, group: str, topic: str, security: Mapping[str, str] | None = None
+    ) -> None:
+        """`security`: Kafka's credentials (KafkaClientSettings.kafka_security)."""
         self.topic = topic
         self.group = group
         self._bootstrap = bootstrap
+        self._security = dict(security or {})
         self._consumer: Consumer | None = None
         self._lock = threading.Lock()
 
@@ -24,6 +29,7 @@ class IngestWatch:
             self._consumer = Consumer(
                 {
                     "bootstrap.servers": self._bootstrap,
+                    **self._security,
                     "group.id": self.group,
                     "enable.auto.commit": False,
                     "log_level": 3,

@@ -12,14 +12,14 @@ reading of that series not newer is one the replay already sent (see api/live/st
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from api.params import NamePatterns
+from api.params import NamePatterns, glob_to_re2
 from api.queries.metrics import ALIAS
 from producers.message import iso_us
+from producers.patterns import NameMatcher, compile_regex
 from producers.reading import Reading
 
 ORIGINS = "_device_orig"
@@ -29,24 +29,15 @@ value, labels."""
 SeriesKey = tuple[str, str, tuple[tuple[str, str], ...]]
 
 
-def glob_regex(patterns: NamePatterns) -> re.Pattern[str] | None:
-    """One regex for the exact names and the LIKE patterns `parse_patterns` made of globs;
-    None: every metric."""
+def glob_regex(patterns: NamePatterns) -> NameMatcher | None:
+    """The exact names and the globs (as SQL's LIKE reads them: `*` any text, `?` one
+    character), matched in full in time linear in the name (RE2); None: every metric.
+    The route bounds the globs (api/routes/metrics.py `check_metrics`)."""
     if not patterns:
         return None
-    parts = [re.escape(name) for name in patterns.exact]
-    for like in patterns.like:
-        out, i = [], 0
-        while i < len(like):
-            char = like[i]
-            if char == "\\" and i + 1 < len(like):
-                out.append(re.escape(like[i + 1]))
-                i += 2
-                continue
-            out.append(".*" if char == "%" else "." if char == "_" else re.escape(char))
-            i += 1
-        parts.append("".join(out))
-    return re.compile("(?:" + "|".join(parts) + r")\Z", re.S)
+    regexes = [compile_regex(glob_to_re2(glob), dot_nl=True) for glob in patterns.globs]
+    text = ",".join(patterns.exact + patterns.globs)
+    return NameMatcher(text, regexes, whole=True, exact=frozenset(patterns.exact))
 
 
 def series_key(row: Row) -> SeriesKey:
@@ -80,7 +71,7 @@ class LiveScope:
     nodes: frozenset[str]
     start_us: int
     end_us: int | None
-    metrics: re.Pattern[str] | None = None
+    metrics: NameMatcher | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
     only: frozenset[str] = frozenset()
     aliased: frozenset[str] = frozenset()

@@ -286,6 +286,8 @@ def activate_on_demand(
     `oarsub -t monitor='<regexp>'`) are polled on the job's nodes and the devices measuring
     them (`_device_alias`) until the job ends (or `until`); the producers follow within
     seconds. A new call replaces the job's previous activation."""
+    app = request.app.state
+    ondemand.check_pattern("metrics", asked.metrics, app.settings)
     job = get_job(clickhouse, job_id)
     _may_activate(who, job)
     if ondemand.ended(job):
@@ -293,7 +295,6 @@ def activate_on_demand(
     if not job.nodes:
         raise Conflict(f"job {job_id} has no nodes yet")
     active = ondemand.activation(job, asked.metrics, asked.until)
-    app = request.app.state
     ondemand.publish(app.kafka, app.settings, active)
     return active
 

@@ -73,7 +73,7 @@ async def get_job_live(
     app = request.app.state
     settings = app.settings
     check_devices("devices", asked.devices, settings)
-    check_metrics(asked.metrics.exact + asked.metrics.like, settings)
+    check_metrics(asked.metrics, settings)
     clickhouse = await asyncio.to_thread(app.clickhouse.get)  # may connect: off the event loop
     job = await asyncio.to_thread(get_job, clickhouse, job_id)
     hub = app.live_hub

@@ -18,6 +18,7 @@ from api.errors import ParameterError
 from api.jobs import get_job
 from api.params import (
     TIME_HELP,
+    NamePatterns,
     parse_devices,
     parse_labels,
     parse_patterns,
@@ -82,7 +83,7 @@ def asked_params(
     if start is not None and end is not None and start > end:
         raise ParameterError("start_time", "must not be after end_time")
     patterns = parse_patterns("metrics", metrics)
-    check_metrics(patterns.exact + patterns.like, settings)
+    check_metrics(patterns, settings)
     return Asked(
         devices=(),
         metrics=patterns,
@@ -96,10 +97,24 @@ def asked_params(
 AskedDep = Annotated[Asked, Depends(asked_params)]
 
 
-def check_metrics(names: tuple[str, ...], settings: ApiSettings) -> None:
+def check_metrics(patterns: NamePatterns, settings: ApiSettings) -> None:
+    """At most `max_metrics` names and globs, `max_globs` of them globs, each at most
+    `max_glob_chars` long: a glob is matched in time linear in a name (RE2 on the live
+    stream, ClickHouse's LIKE in queries), and these bound that time."""
+    names = patterns.exact + patterns.globs
     limits.check_count(
         "metrics", names, settings.max_metrics, "JOBSCOPE_MAX_METRICS", "use globs (bmc_*)"
     )
+    limits.check_count(
+        "metrics", patterns.globs, settings.max_globs, "JOBSCOPE_MAX_GLOBS", "use fewer globs"
+    )
+    for glob in patterns.globs:
+        if len(glob) > settings.max_glob_chars:
+            raise ParameterError(
+                "metrics",
+                f"a glob of {len(glob)} characters, at most {settings.max_glob_chars} "
+                "(JOBSCOPE_MAX_GLOB_CHARS)",
+            )
 
 
 def check_devices(parameter: str, names: tuple[str, ...], settings: ApiSettings) -> None:
@@ -170,7 +185,13 @@ def respond(
                 rows = as_rate(rows)
         span = selection.start, selection.end
         if limits.json_span_over(query.fmt.name, *span, query.step_s, settings.json_max_span_s):
-            _check_json_readings(clickhouse, rows, params, settings)
+            most = settings.json_max_readings
+            if _holds_more(clickhouse, rows, params, most):
+                raise limits.json_refused(settings.json_max_span_s, most)
+        if query.fmt.name in limits.BUILT_WHOLE:
+            most = settings.columnar_max_readings
+            if _holds_more(clickhouse, rows, params, most):
+                raise limits.columnar_refused(query.fmt.name, most)
     except BaseException:
         release()
         raise
@@ -178,17 +199,13 @@ def respond(
     return formats.stream(clickhouse, rows, params, query.fmt, filename, send_timeout_s, release)
 
 
-def _check_json_readings(
-    clickhouse: Client, rows: str, params: dict[str, Any], settings: ApiSettings
-) -> None:
-    """Refuse a JSON answer of more than `json_max_readings` (counting stops past it)."""
-    most = settings.json_max_readings
+def _holds_more(clickhouse: Client, rows: str, params: dict[str, Any], most: int) -> bool:
+    """Whether `rows` holds more than `most` readings (counting stops past it)."""
     counted = clickhouse.command(
-        f"SELECT count() FROM (SELECT 1 FROM ({rows}) LIMIT {{json_most:UInt64}})",
-        parameters={**params, "json_most": most + 1},
+        f"SELECT count() FROM (SELECT 1 FROM ({rows}) LIMIT {{most_readings:UInt64}})",
+        parameters={**params, "most_readings": most + 1},
     )
-    if int(counted) > most:  # type: ignore[arg-type]
-        raise limits.json_refused(settings.json_max_span_s, most)
+    return int(counted) > most  # type: ignore[arg-type]
 
 
 READINGS_RESPONSES: dict[int | str, dict[str, Any]] = {

@@ -50,6 +50,10 @@ async def _body(request: Request, limit: int) -> bytes:
         401: {"model": ErrorBody},
         403: {"model": ErrorBody, "description": "a device the token may not push for"},
         413: {"model": ErrorBody, "description": "too many readings or bytes in one push"},
+        429: {
+            "model": ErrorBody,
+            "description": "the token's rate or new-series limit is reached (Retry-After)",
+        },
         503: {"model": ErrorBody, "description": "Kafka did not acknowledge every message"},
     },
     openapi_extra={
@@ -61,18 +65,25 @@ async def _body(request: Request, limit: int) -> bytes:
             },
         }
     },
-    summary="Push readings (pusher token: your running jobs' nodes; admin: any device)",
+    summary="Push readings (pusher token: your running jobs' nodes and spans; admin: any)",
 )
 async def post_metrics(request: Request, who: Pusher) -> JSONResponse:
     """One reading or an array of them in Kwollect's shape (`timestamp` ISO 8601 or Unix
     seconds, `device_id`, `metric_id`, `value`, `labels`), or NDJSON with Content-Type
     application/x-ndjson. Each is labelled `source=user:<token's user>` (a pushed `source`
-    label is replaced). All or nothing: every reading is checked first; 202 once Kafka has
-    acknowledged every message."""
+    label is replaced); labels starting with `_` are reserved (400). A pusher token writes
+    only the nodes of its user's running jobs, timed inside them (400 naming the first
+    reading outside), within its rate and new-series limits (429). All or nothing: every
+    reading is checked first; 202 once Kafka has acknowledged every message."""
     app = request.app.state
     settings = app.settings
     body = await _body(request, settings.push_max_body_bytes)
     items = push.parse_body(body, request.headers.get("content-type", ""))
     readings = push.validate(items, settings, who)
-    count = await run_in_threadpool(push.push, readings, who, app.clickhouse, app.kafka, settings)
+    key = push.limit_key(who)
+    if key is not None:
+        app.push_limits.admit_rate(key, len(readings))
+    count = await run_in_threadpool(
+        push.push, readings, who, app.clickhouse, app.kafka, settings, app.push_limits
+    )
     return JSONResponse({"accepted": count}, status_code=202)

@@ -52,7 +52,7 @@ from producers.config import ProducerSettings
 from producers.message import READING_STRUCTURE, header, pack
 from producers.publisher import producer_config
 from producers.reading import Reading
-from stack import services, topics
+from stack import kafka_broker, services, topics
 from stack.config import StackSettings
 from stack.processes import free_port
 
@@ -252,16 +252,16 @@ class Jobscope(System):
 
     def _producer(self, topic: str) -> Producer:
         """A client configured exactly as jobscope's producers configure theirs."""
-        config = producer_config(
-            ProducerSettings(kafka_bootstrap=self.settings.kafka_bootstrap, readings_topic=topic)
-        )
+        client = kafka_broker.client_settings(self.settings, "producers")
+        config = producer_config(ProducerSettings(**dict(client), readings_topic=topic))
         return Producer(config)
 
     def _fresh_topic(self, prefix: str) -> str:
         self.topic_serial += 1
         name = f"{prefix}-{self.topic_serial}"
         spec = topics.TopicSpec(name, topics.READINGS.partitions, topics.READINGS.config)
-        topics.ensure_topics(self.settings.kafka_bootstrap, (spec,))
+        security = kafka_broker.client_settings(self.settings).kafka_security()
+        topics.ensure_topics(self.settings.kafka_bootstrap, (spec,), security=security)
         return name
 
     def _migration(self, database: str, topic: str) -> MigrationSettings:

@@ -52,7 +52,7 @@ from bench.systems.base import wait_for
 from bench.systems.jobscope_api import rows
 from producers.message import pack
 from producers.reading import Reading
-from stack import services
+from stack import kafka_broker, services
 from stack.config import StackSettings
 
 log = logging.getLogger("bench.abuse")
@@ -165,7 +165,8 @@ def _backfill_and_job(settings: StackSettings, prefix: str, quick: bool) -> tupl
     ticks = BACKFILL_TICKS[quick]
     start_s = int(time.time()) - ticks - 60
     devices = [f"{prefix}-bf-{i}" for i in range(BACKFILL_DEVICES)]
-    producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, "linger.ms": 20})
+    client = kafka_broker.client_settings(settings).kafka_client()
+    producer = Producer({**client, "linger.ms": 20})
     labels: dict[str, str] = {}
     for tick in range(ticks):
         ts = (start_s + tick) * 1_000_000
@@ -331,9 +332,8 @@ class _Freshness:
         return [self._probe, self._check]
 
     def _probe(self, stop: threading.Event) -> None:
-        producer = Producer(
-            {"bootstrap.servers": self.settings.kafka_bootstrap, "linger.ms": 0, "acks": "all"}
-        )
+        client = kafka_broker.client_settings(self.settings).kafka_client()
+        producer = Producer({**client, "linger.ms": 0, "acks": "all"})
         while not stop.wait(PROBE_INTERVAL_S):
             now_us = int(time.time() * 1e6)
             reading = Reading(now_us, PROBE_DEVICE, "abuse_probe", 1.0, {})

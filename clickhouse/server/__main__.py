@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import threading
@@ -11,6 +12,28 @@ from clickhouse.server import engine_config
 from clickhouse.server.config import ServerSettings
 from clickhouse.server.engine import Engine
 from clickhouse.server.http_handler import ClickHouseHTTPServer
+from clickhouse.server.users import profiles
+
+SECRETS_FD_VAR = "JOBSCOPE_CLICKHOUSE_SECRETS_FD"
+
+
+def load_settings() -> ServerSettings:
+    """The settings from the environment, passwords included: when SECRETS_FD_VAR names a
+    file descriptor (a pipe `python -m stack` writes `NAME=value` lines to), they are read
+    from it, closed, and dropped again once read, so that they are never in this process's
+    environment block (/proc/<pid>/environ) nor in that of anything it starts."""
+    fd = os.environ.pop(SECRETS_FD_VAR, None)
+    if fd is None:
+        return ServerSettings()  # type: ignore[call-arg]  (required values come from the env)
+    with os.fdopen(int(fd)) as pipe:
+        lines = pipe.read().splitlines()
+    given = dict(line.partition("=")[::2] for line in lines if "=" in line)
+    os.environ.update(given)
+    try:
+        return ServerSettings()  # type: ignore[call-arg]
+    finally:
+        for name in given:
+            os.environ.pop(name, None)
 
 
 def main() -> int:
@@ -19,14 +42,15 @@ def main() -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stdout,
     )
-    settings = ServerSettings()  # type: ignore[call-arg]  (required values come from the env)
+    settings = load_settings()
     engine = Engine(
         settings.data_dir,
         engine_config.connection_string(settings),
         settings.pool_size,
         settings.max_session_connections,
-        settings.sql_connections,
+        profiles(settings),
     )
+    engine_config.redact(settings)  # the engine holds the Kafka password now; the disk not
     server = ClickHouseHTTPServer(settings, engine)
 
     def shutdown(signum: int, _frame: object) -> None:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import lz4.frame
 import zstandard
@@ -14,32 +15,95 @@ from clickhouse.server.errors import CANNOT_DECOMPRESS, NOT_IMPLEMENTED, ClickHo
 RESPONSE_ENCODINGS = ("lz4", "zstd", "gzip", "deflate")
 
 
-def decompressor(encoding: str | None) -> Callable[[bytes], bytes]:
-    """A function that decompresses successive chunks of a request body."""
-    encoding = (encoding or "").strip().lower()
-    if encoding in ("", "identity"):
-        return lambda chunk: chunk
-    if encoding in ("gzip", "x-gzip"):
-        return _checked(zlib.decompressobj(16 + zlib.MAX_WBITS).decompress)
-    if encoding == "deflate":
-        return _checked(zlib.decompressobj().decompress)
+REQUEST_ENCODINGS = ("gzip", "x-gzip", "deflate", "zstd", "lz4")
+
+
+def request_encoding(content_encoding: str | None) -> str:
+    """The request body's encoding, normalised ('' for none); refused when not supported."""
+    encoding = (content_encoding or "").strip().lower()
+    if encoding == "identity":
+        return ""
+    if encoding and encoding not in REQUEST_ENCODINGS:
+        raise ClickHouseError(NOT_IMPLEMENTED, f"Unsupported Content-Encoding: {encoding}")
+    return encoding
+
+
+def decompressed(
+    encoding: str, raw: Iterator[bytes], slice_bytes: int, zstd_max_window: int
+) -> Iterator[bytes]:
+    """The decoded body in pieces of at most `slice_bytes`, however much one piece of `raw`
+    expands (a compression bomb never makes more than a slice at once). Pieces of `raw`
+    must be at most `slice_bytes` too; errors they raise pass through as they are."""
+    if not encoding:
+        return raw
     if encoding == "zstd":
-        return _checked(zstandard.ZstdDecompressor().decompressobj().decompress)
+        return _reported(_unzstd(raw, slice_bytes, zstd_max_window))
     if encoding == "lz4":
-        return _checked(lz4.frame.LZ4FrameDecompressor().decompress)
-    raise ClickHouseError(NOT_IMPLEMENTED, f"Unsupported Content-Encoding: {encoding}")
+        return _reported(_unlz4(raw, slice_bytes))
+    wbits = zlib.MAX_WBITS + (16 if encoding in ("gzip", "x-gzip") else 0)
+    return _reported(_inflate(zlib.decompressobj(wbits), raw, slice_bytes))
 
 
-def _checked(fn: Callable[[bytes], bytes]) -> Callable[[bytes], bytes]:
-    def run(chunk: bytes) -> bytes:
-        try:
-            return fn(chunk)
-        except Exception as exc:
-            raise ClickHouseError(
-                CANNOT_DECOMPRESS, f"Cannot decompress request body: {exc}"
-            ) from exc
+def _inflate(inflater: Any, raw: Iterator[bytes], limit: int) -> Iterator[bytes]:
+    for data in raw:
+        while True:
+            out = inflater.decompress(data, limit)
+            if out:
+                yield out
+            data = inflater.unconsumed_tail
+            if not data and len(out) < limit:  # a full slice may leave output pending
+                break
 
-    return run
+
+def _unlz4(raw: Iterator[bytes], limit: int) -> Iterator[bytes]:
+    frames = lz4.frame.LZ4FrameDecompressor()
+    for data in raw:
+        while True:
+            out = frames.decompress(data, max_length=limit)
+            if out:
+                yield out
+            data = b""
+            if frames.eof and frames.unused_data:  # a further frame follows
+                data = frames.unused_data
+                frames = lz4.frame.LZ4FrameDecompressor()
+            elif frames.needs_input:
+                break
+
+
+class _Source:
+    """A read-only file over a body's raw pieces, for zstandard's stream reader."""
+
+    def __init__(self, raw: Iterator[bytes]) -> None:
+        self._raw = raw
+
+    def read(self, _size: int = -1) -> bytes:
+        return next(self._raw, b"")
+
+
+def _unzstd(raw: Iterator[bytes], limit: int, max_window: int) -> Iterator[bytes]:
+    decompressor = zstandard.ZstdDecompressor(max_window_size=max_window)
+    reader = decompressor.stream_reader(_Source(raw), read_size=limit, read_across_frames=True)
+    try:
+        while out := reader.read(limit):
+            yield out
+    except zstandard.ZstdError as exc:
+        if "memory" not in str(exc):
+            raise
+        raise ClickHouseError(
+            CANNOT_DECOMPRESS,
+            f"Cannot decompress request body: {exc}: the zstd window is larger than "
+            f"{max_window} bytes (setting zstd_max_window_bytes)",
+        ) from exc
+
+
+def _reported(pieces: Iterator[bytes]) -> Iterator[bytes]:
+    """Codec errors as ClickHouse reports them; the socket's own errors pass through."""
+    try:
+        yield from pieces
+    except (ClickHouseError, OSError):
+        raise
+    except Exception as exc:
+        raise ClickHouseError(CANNOT_DECOMPRESS, f"Cannot decompress request body: {exc}") from exc
 
 
 def choose_encoding(accept_encoding: str | None) -> str | None:

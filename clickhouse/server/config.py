@@ -8,6 +8,8 @@ from typing import Literal
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from kafka.security import KafkaClientSettings
+
 
 class ServerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="JOBSCOPE_CLICKHOUSE_", extra="ignore")
@@ -46,6 +48,15 @@ class ServerSettings(BaseSettings):
     sql_connections: int = Field(
         4, ge=1, description="engine connections SQL users share; the rest: API and ingestion"
     )
+    api_max_execution_time_s: float = Field(
+        120.0, gt=0, description="a longer query of the API's user is stopped"
+    )
+    api_max_memory_usage: int = Field(
+        4 << 30, gt=0, description="bytes of memory per query of the API's user"
+    )
+    api_connections: int = Field(
+        8, ge=1, description="engine connections of the API's user (queries at once)"
+    )
     session_timeout_s: float = Field(60.0, gt=0, description="idle HTTP sessions are forgotten")
     max_session_connections: int = Field(
         16, ge=0, description="sessions holding temporary tables (each on an engine connection)"
@@ -57,6 +68,38 @@ class ServerSettings(BaseSettings):
         1024, ge=1, description="open client connections (one thread each); more are closed"
     )
     max_query_size: int = Field(1 << 20, description="bytes of statement text accepted")
+    # Request bodies are read only once the request is authenticated, and then in slices:
+    # no body, however it is compressed or chunked, is held whole in memory.
+    body_slice_bytes: int = Field(
+        1 << 20,
+        ge=4096,
+        description="a request body is read from the socket, and decompressed, this many "
+        "bytes at a time (memory per request, whatever the compression ratio)",
+    )
+    max_body_bytes: int = Field(
+        4 << 30,
+        gt=0,
+        description="decompressed bytes of one request body; insert data is spooled to disk up "
+        "to this. More: code 290 (LIMIT_EXCEEDED), HTTP 413",
+    )
+    max_form_bytes: int = Field(
+        64 << 20,
+        gt=0,
+        description="decompressed bytes of a multipart/form-data body (query, parameters, "
+        "external tables: held in memory). More: code 290 (LIMIT_EXCEEDED), HTTP 413",
+    )
+    max_chunk_size: int = Field(
+        1 << 30,
+        gt=0,
+        description="largest chunk of a chunked request body (ClickHouse's http_max_chunk_size); "
+        "larger: code 69 (ARGUMENT_OUT_OF_BOUND), HTTP 400",
+    )
+    zstd_max_window_bytes: int = Field(
+        8 << 20,
+        ge=1 << 17,
+        description="largest zstd window a request body may need (the decoder allocates it; "
+        "8 MiB covers levels 1-19 without --long). More: code 271 (CANNOT_DECOMPRESS)",
+    )
     engine_log_file: Path | None = Field(
         None,
         description="the engine's own log (Kafka consumers among others); default "
@@ -73,6 +116,11 @@ class ServerSettings(BaseSettings):
     )
     kafka_heartbeat_interval_ms: int = Field(
         250, gt=0, description="how soon a consumer hears of a rebalance"
+    )
+    kafka: KafkaClientSettings = Field(
+        default_factory=KafkaClientSettings,
+        description="the Kafka tables' credentials, from JOBSCOPE_KAFKA_* (kafka/security.py): "
+        "in the engine's configuration file, never in a table's DDL",
     )
 
     @property

@@ -13,13 +13,14 @@ import re
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import chdb
 
+from clickhouse.server import sql_policy
 from clickhouse.server.errors import (
     SERVER_SHUTTING_DOWN,
     TOO_MANY_SIMULTANEOUS_QUERIES,
@@ -93,6 +94,7 @@ class EngineConnection:
     """One chdb connection and the database it currently uses."""
 
     _canonical = _CanonicalCache()
+    _trees = _CanonicalCache()
 
     def __init__(self, connection_string: str) -> None:
         self._conn = chdb.connect(connection_string)
@@ -121,6 +123,22 @@ class EngineConnection:
         canonical = text.decode().rstrip("\n").translate(_FROM_PRIVATE)
         self._canonical.put(statement, canonical)
         return canonical
+
+    def parse_tree(self, canonical: str, params: Mapping[str, str]) -> str:
+        """The engine parser's tree of a canonical statement (`EXPLAIN AST`, which parses and
+        runs nothing), checked to be the whole dump (sql_policy.check_dump)."""
+        if (cached := self._trees.get(canonical)) is not None:
+            return cached
+        # A FORMAT clause of the statement belongs to it, not to EXPLAIN: the dump is TSVRaw.
+        tree = self.run(f"EXPLAIN AST {canonical}", params, "TSVRaw").decode()
+        sql_policy.check_dump(tree)
+        self._trees.put(canonical, tree)
+        return tree
+
+    def restrict(self, settings: Mapping[str, str]) -> None:
+        """Apply a read-only user's profile (and the settings it may give) to this connection,
+        `readonly=1` last: from then on it can neither write nor change a setting."""
+        self.run("SET " + settings_list({**settings, "readonly": "1"}))
 
     def run(self, sql: str, params: Mapping[str, str] | None = None, fmt: str = "TSV") -> bytes:
         """Run a statement to completion and return its whole (small) output."""
@@ -187,8 +205,19 @@ class EngineConnection:
             self._conn.close()
 
 
+class _ProfilePool:
+    """Connections under one read-only profile: at most `size` in use at once; idle ones
+    kept, already restricted, for the next request without settings of its own."""
+
+    def __init__(self, settings: Mapping[str, str], size: int) -> None:
+        self.settings = dict(settings)
+        self.slots = threading.BoundedSemaphore(size)
+        self.idle: queue.LifoQueue[EngineConnection] = queue.LifoQueue()
+
+
 class Engine:
-    """The pool of connections every request borrows from."""
+    """The pools of connections every request borrows from: the read-write user's, and one
+    for each read-only profile (users.profiles)."""
 
     def __init__(
         self,
@@ -196,7 +225,7 @@ class Engine:
         connection_string: str,
         pool_size: int,
         max_session_connections: int = 16,
-        sql_connections: int | None = None,
+        profiles: Mapping[str, tuple[Mapping[str, str], int]] | None = None,
     ) -> None:
         data_dir.mkdir(parents=True, exist_ok=True)
         self._connection_string = connection_string
@@ -208,13 +237,15 @@ class Engine:
         self._max_session_connections = max_session_connections
         self._session_connections: set[EngineConnection] = set()
         self._lock = threading.Lock()
-        # SQL users take one of these before a pooled connection, so that at least
-        # pool_size - sql_connections connections stay for the API and ingestion.
-        self._sql_slots = threading.BoundedSemaphore(
-            max(1, min(sql_connections or pool_size, pool_size - 1))
-        )
+        self._profiles = {
+            name: _ProfilePool(*profile) for name, profile in (profiles or {}).items()
+        }
         self._control = EngineConnection(connection_string)
         self._control_lock = threading.Lock()
+
+    def profile(self, name: str | None) -> Mapping[str, str]:
+        """The settings of a read-only profile (none for the read-write user)."""
+        return self._profiles[name].settings if name is not None else {}
 
     @contextlib.contextmanager
     def control(self) -> Iterator[EngineConnection]:
@@ -244,31 +275,65 @@ class Engine:
         conn.close()
 
     @contextlib.contextmanager
-    def connection(self, timeout: float, sql_user: bool = False) -> Iterator[EngineConnection]:
+    def connection(self, timeout: float) -> Iterator[EngineConnection]:
+        """A connection of the read-write user's pool."""
         if self._closing:
             raise ClickHouseError(SERVER_SHUTTING_DOWN, "The server is shutting down")
-        deadline = time.monotonic() + timeout
-        if sql_user and not self._sql_slots.acquire(timeout=timeout):
+        try:
+            conn = self._free.get(timeout=timeout)
+        except queue.Empty:
             raise ClickHouseError(
                 TOO_MANY_SIMULTANEOUS_QUERIES,
-                "Too many simultaneous queries of SQL users: the engine connections they "
-                "share are all busy",
+                f"Too many simultaneous queries: all {len(self._all)} engine connections busy",
+            ) from None
+        try:
+            yield conn
+        finally:
+            self._free.put(conn)
+
+    @contextlib.contextmanager
+    def read_only_connection(
+        self,
+        timeout: float,
+        profile: str,
+        settings: Mapping[str, str],
+        prepare: Callable[[EngineConnection], None] | None = None,
+    ) -> Iterator[EngineConnection]:
+        """A connection under a read-only profile, `readonly=1` set on it. A request with
+        settings of its own (checked by sql_policy) or a preparation (its external tables,
+        made before the connection is restricted) gets a new connection, closed after it;
+        any other an idle one of the profile."""
+        if self._closing:
+            raise ClickHouseError(SERVER_SHUTTING_DOWN, "The server is shutting down")
+        pool = self._profiles[profile]
+        if not pool.slots.acquire(timeout=timeout):
+            raise ClickHouseError(
+                TOO_MANY_SIMULTANEOUS_QUERIES,
+                f"Too many simultaneous queries of {profile} users: the engine connections "
+                "they share are all busy",
             )
         try:
+            if settings or prepare is not None:
+                conn = EngineConnection(self._connection_string)
+                try:
+                    if prepare is not None:
+                        prepare(conn)
+                    conn.restrict({**pool.settings, **settings})
+                    yield conn
+                finally:
+                    conn.close()
+                return
             try:
-                conn = self._free.get(timeout=max(0.0, deadline - time.monotonic()))
+                conn = pool.idle.get_nowait()
             except queue.Empty:
-                raise ClickHouseError(
-                    TOO_MANY_SIMULTANEOUS_QUERIES,
-                    f"Too many simultaneous queries: all {len(self._all)} engine connections busy",
-                ) from None
+                conn = EngineConnection(self._connection_string)
+                conn.restrict(pool.settings)
             try:
                 yield conn
             finally:
-                self._free.put(conn)
+                pool.idle.put(conn)
         finally:
-            if sql_user:
-                self._sql_slots.release()
+            pool.slots.release()
 
     def close(self, grace_s: float = 10.0) -> None:
         """Refuse new queries, let running ones finish (up to `grace_s`), then close."""
@@ -281,6 +346,9 @@ class Engine:
                 break
         for conn in reversed(self._all):
             conn.close()
+        for pool in self._profiles.values():
+            while not pool.idle.empty():
+                pool.idle.get_nowait().close()
         self._control.close()
         with self._lock:
             sessions, self._session_connections = self._session_connections, set()

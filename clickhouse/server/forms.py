@@ -13,26 +13,30 @@ from email.policy import HTTP
 
 from clickhouse.server.errors import (
     BAD_ARGUMENTS,
+    LIMIT_EXCEEDED,
     NOT_IMPLEMENTED,
-    QUERY_IS_TOO_LARGE,
     ClickHouseError,
 )
 
-MAX_FORM_BYTES = 64 << 20
+# Form fields that are never parameters: credentials come from the headers or the URL only, as
+# in ClickHouse, since the form is read after the request is authenticated.
+CREDENTIAL_FIELDS = frozenset({"user", "password", "quota_key"})
 
 
 def is_form(content_type: str | None) -> bool:
     return (content_type or "").lower().startswith("multipart/form-data")
 
 
-def read_form(chunks: Iterable[bytes]) -> bytes:
-    """The whole form body, refused past MAX_FORM_BYTES as soon as it gets there (it is
-    read before the credentials are checked)."""
+def read_form(chunks: Iterable[bytes], limit: int) -> bytes:
+    """The whole (decompressed) form body, refused as soon as it passes `limit` bytes."""
     parts, size = [], 0
     for chunk in chunks:
         size += len(chunk)
-        if size > MAX_FORM_BYTES:
-            raise ClickHouseError(QUERY_IS_TOO_LARGE, f"form body over {MAX_FORM_BYTES} bytes")
+        if size > limit:
+            raise ClickHouseError(
+                LIMIT_EXCEEDED,
+                f"multipart/form-data body over {limit} bytes (setting max_form_bytes)",
+            )
         parts.append(chunk)
     return b"".join(parts)
 
@@ -60,7 +64,7 @@ def parse_form(content_type: str, body: bytes) -> Form:
         payload = part.get_payload(decode=True) or b""
         if part.get_filename() is not None:
             form.files[str(name)] = payload
-        else:
+        elif name not in CREDENTIAL_FIELDS:
             form.fields[str(name)] = payload.decode("utf-8")
     return form
 

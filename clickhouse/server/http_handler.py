@@ -16,8 +16,8 @@ from collections.abc import Generator, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qsl, urlsplit
 
-from clickhouse.server import native, processes, statements
-from clickhouse.server.compression import choose_encoding, compress_stream, decompressor
+from clickhouse.server import native, processes, sql_policy, statements
+from clickhouse.server.compression import choose_encoding, compress_stream
 from clickhouse.server.config import ServerSettings
 from clickhouse.server.engine import (
     Engine,
@@ -27,13 +27,13 @@ from clickhouse.server.engine import (
     statement_text,
 )
 from clickhouse.server.errors import (
-    CANNOT_PARSE_INPUT_ASSERTION_FAILED,
     NOT_IMPLEMENTED,
     QUERY_IS_TOO_LARGE,
     SOCKET_TIMEOUT,
     ClickHouseError,
 )
 from clickhouse.server.forms import ExternalTable, external_tables, is_form, parse_form, read_form
+from clickhouse.server.request_body import RequestBody
 from clickhouse.server.sessions import Session, SessionStore, parse_set
 from clickhouse.server.users import User, authenticate, credentials, users_from_settings
 
@@ -65,56 +65,6 @@ TRANSPORT_PARAMS = frozenset(
         "role",
     }
 )
-READ_SIZE = 1 << 20
-
-
-class RequestBody:
-    """The request body, de-chunked and decompressed, read incrementally."""
-
-    def __init__(self, handler: BaseHTTPRequestHandler) -> None:
-        self._rfile = handler.rfile
-        self._chunked = "chunked" in handler.headers.get("Transfer-Encoding", "").lower()
-        self._remaining = int(handler.headers.get("Content-Length") or 0)
-        self._decompress = decompressor(handler.headers.get("Content-Encoding"))
-        self._done = not self._chunked and self._remaining == 0
-
-    def _raw_chunks(self) -> Iterator[bytes]:
-        if self._chunked:
-            while True:
-                line = self._rfile.readline(1024)
-                try:
-                    size = int(line.split(b";")[0].strip() or b"0", 16)
-                except ValueError:
-                    raise ClickHouseError(
-                        CANNOT_PARSE_INPUT_ASSERTION_FAILED,
-                        f"Malformed chunk size in the request body: {line!r}",
-                    ) from None
-                if size == 0:
-                    while self._rfile.readline() not in (b"\r\n", b"\n", b""):
-                        pass
-                    return
-                yield self._rfile.read(size)
-                self._rfile.readline()
-        else:
-            while self._remaining > 0:
-                data = self._rfile.read(min(READ_SIZE, self._remaining))
-                if not data:
-                    return
-                self._remaining -= len(data)
-                yield data
-
-    def chunks(self) -> Iterator[bytes]:
-        if self._done:
-            return
-        for raw in self._raw_chunks():
-            if data := self._decompress(raw):
-                yield data
-        self._done = True
-
-    def drain(self) -> None:
-        """Consume what is left so the connection can serve the next request."""
-        for _ in self.chunks():
-            pass
 
 
 class ClickHouseHTTPServer(ThreadingHTTPServer):
@@ -182,6 +132,9 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True
     server: ClickHouseHTTPServer
     server_version = "jobscope-clickhouse"
+    _body: RequestBody | None = None
+    _handling = False  # inside _handle: answers close the connection when its body is unread
+    _expect_continue = False
 
     def setup(self) -> None:
         self.timeout = self.server.settings.receive_timeout_s  # each read of a request
@@ -189,6 +142,19 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: object) -> None:
         log.debug("%s " + format, self.client_address[0], *args)
+
+    def handle_expect_100(self) -> bool:
+        """`Expect: 100-continue` is answered when the body is first read, after authentication
+        (as ClickHouse does), so a refused client is told so before it sends the body."""
+        self._expect_continue = True
+        return True
+
+    def end_headers(self) -> None:
+        """An answer that leaves its request's body unread ends the connection, and says so:
+        reading (and decompressing) the rest would cost what the request was refused for."""
+        if self._handling and (self.close_connection or self._body_pending()):
+            self.send_header("Connection", "close")
+        super().end_headers()
 
     def do_GET(self) -> None:
         self._handle(is_get=True)
@@ -202,10 +168,11 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         params = dict(parse_qsl(url.query, keep_blank_values=True))
         query_id = params.get("query_id") or str(uuid.uuid4())
-        body: RequestBody | None = None
+        self._body = None
+        self._handling = True
         self._response_open = False
+        send_continue, self._expect_continue = self._expect_continue, False
         try:
-            body = RequestBody(self)
             if (
                 url.path in ("/ping", "/")
                 and "query" not in params
@@ -216,13 +183,7 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
                 return
             if url.path != "/":
                 raise ClickHouseError(NOT_IMPLEMENTED, f"There is no handler for {url.path}")
-            content_type = self.headers.get("Content-Type")
-            files: dict[str, bytes] = {}
-            if not is_get and is_form(content_type):  # fields are parameters, not SQL
-                form = parse_form(content_type or "", read_form(body.chunks()))
-                params.update(form.fields)
-                files = form.files
-            user = authenticate(self.server.users, *credentials(self.headers, params))
+            user = self._authenticate(params)
             for flag in ("compress", "decompress"):
                 if params.get(flag) in ("1", "true"):
                     raise ClickHouseError(
@@ -230,11 +191,12 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
                         f"{flag}=1 (ClickHouse block compression) is not supported by this "
                         "server; use HTTP compression (Content-Encoding / Accept-Encoding)",
                     )
+            self._body = body = RequestBody(self, self.server.settings, send_continue)
             with (
                 self.server.sessions.hold(user.name, params.get("session_id")) as session,
                 self.server.running.claim(query_id, user.name, user.max_concurrent_queries),
             ):
-                externals = external_tables(files, params)
+                externals = external_tables(self._read_form(body, params, is_get), params)
                 self._execute(user, session, params, body, query_id, is_get, externals)
         except ClickHouseError as exc:
             self._fail(exc, query_id)
@@ -248,11 +210,39 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
             self._fail(ClickHouseError(1001, f"{type(exc).__name__}: {exc}"), query_id)
         finally:
             self._end_response()
-            if body is not None and not self.close_connection:
-                try:
-                    body.drain()
-                except Exception:
-                    self.close_connection = True
+            if self._body_pending():
+                self.close_connection = True
+            self._handling = False
+
+    def _authenticate(self, params: dict[str, str]) -> User:
+        """The request's user, from its headers and URL alone (as in ClickHouse, form fields
+        are no credentials), before a byte of its body is read; a refused client's connection
+        is closed after the answer."""
+        try:
+            return authenticate(self.server.users, *credentials(self.headers, params))
+        except ClickHouseError:
+            self.close_connection = True
+            raise
+
+    def _read_form(
+        self, body: RequestBody, params: dict[str, str], is_get: bool
+    ) -> dict[str, bytes]:
+        """A multipart/form-data body's fields into `params`; its files (external tables) by
+        name. Read once the query holds its slot, so only admitted queries hold a form in
+        memory (up to max_form_bytes, decompressed)."""
+        content_type = self.headers.get("Content-Type")
+        if is_get or not is_form(content_type):
+            return {}
+        limit = self.server.settings.max_form_bytes
+        form = parse_form(content_type or "", read_form(body.chunks(), limit))
+        params.update(form.fields)
+        return form.files
+
+    def _body_pending(self) -> bool:
+        """Whether bytes of the request's body may still be unread on the connection."""
+        if self._body is not None:
+            return not self._body.finished
+        return RequestBody.declared(self.headers)
 
     def _execute(
         self,
@@ -273,9 +263,9 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
                 if k not in TRANSPORT_PARAMS and not k.startswith("param_")
             },
         }
-        if user.readonly:
+        if user.readonly:  # its profile is on its engine connection; the client's are checked
             query_settings.pop("readonly", None)
-        query_settings.update(user.forced_settings)
+            sql_policy.check_settings(query_settings, self.server.engine.profile(user.profile))
         query_params = {k[len("param_") :]: v for k, v in params.items() if k.startswith("param_")}
         database = (
             self.headers.get("X-ClickHouse-Database")
@@ -286,10 +276,7 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
 
         prefix, rest = self._read_prefix(params.get("query", ""), body, settings_obj.max_query_size)
         split = statements.split_insert(prefix)
-        with (
-            self._connection(session, user) as conn,
-            self._external_tables(conn, externals, statements.input_settings(query_settings)),
-        ):
+        with self._connection(session, user, query_settings, externals) as conn:
             conn.use(database)
             head = ""
             if split is not None:
@@ -320,13 +307,19 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
             canonical = conn.canonical(statement_text(prefix))
             kind = statements.kind_of(canonical)
             statements.check_allowed(kind, canonical, user.readonly, is_get)
+            if user.readonly and kind not in statements.SESSION_KINDS:
+                sql_policy.check_tree(conn.parse_tree(canonical, query_params))
             kill = processes.kill_parts(canonical) if kind == "KILL" else None
             if kill is not None:
                 canonical = processes.kill_output_query(*kill)  # its rows, found before
             else:
                 canonical = processes.with_processes_view(canonical)
             if kind == "SET":
-                session.settings.update(parse_set(canonical))
+                assigned = parse_set(canonical)
+                if user.readonly:
+                    assigned.pop("readonly", None)
+                    sql_policy.check_settings(assigned, self.server.engine.profile(user.profile))
+                session.settings.update(assigned)
                 self._send(200, [], {}, query_id)
             elif kind == "USE":
                 session.database = canonical.split(None, 1)[1].strip("`")
@@ -369,7 +362,10 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
             or params.get("default_format")
             or statements.DEFAULT_FORMAT
         )
-        sql, fmt = statements.output_query(canonical, default_format, query_settings)
+        # A read-only user's settings are on its engine connection already.
+        sql, fmt = statements.output_query(
+            canonical, default_format, {} if user.readonly else query_settings
+        )
         sql = processes.tagged(sql, query_id, user.name)
         streamed = (
             kind in statements.STREAMING_KINDS and fmt.lower() in statements.STREAMABLE_FORMATS
@@ -401,13 +397,39 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
             conn.read,
         )
 
+    @contextlib.contextmanager
     def _connection(
-        self, session: Session, user: User
-    ) -> contextlib.AbstractContextManager[EngineConnection]:
-        """The session's own engine connection once it holds temporary tables, else a pooled one."""
-        if session.connection is not None:
-            return contextlib.nullcontext(session.connection)
-        return self.server.engine.connection(self.server.settings.queue_timeout_s, user.sql_user)
+        self,
+        session: Session,
+        user: User,
+        settings: dict[str, str],
+        externals: list[ExternalTable],
+    ) -> Iterator[EngineConnection]:
+        """The engine connection of a request, its external tables on it: for a read-only user
+        one under its profile (the tables made before it is restricted), else the session's
+        own once it holds temporary tables, else a pooled one."""
+        engine, timeout = self.server.engine, self.server.settings.queue_timeout_s
+        input_settings = statements.input_settings(settings)
+        if user.profile is not None:
+
+            def prepare(conn: EngineConnection) -> None:
+                for table in externals:
+                    self._create_external_table(conn, table, input_settings)
+
+            with engine.read_only_connection(
+                timeout, user.profile, settings, prepare if externals else None
+            ) as conn:
+                yield conn
+            return
+        with (
+            (
+                contextlib.nullcontext(session.connection)
+                if session.connection is not None
+                else engine.connection(timeout)
+            ) as conn,
+            self._external_tables(conn, externals, input_settings),
+        ):
+            yield conn
 
     def _run_statement(
         self,
@@ -438,26 +460,30 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
         created: list[str] = []
         try:
             for table in tables:
-                with tempfile.NamedTemporaryFile(
-                    dir=self.server.settings.spool_dir, prefix="external-"
-                ) as tmp:
-                    tmp.write(table.data)
-                    tmp.flush()
-                    source = ", ".join(
-                        statements.string_literal(v)
-                        for v in (tmp.name, table.format, table.structure)
-                    )
-                    created.append(table.name)
-                    conn.run(
-                        f"CREATE TEMPORARY TABLE {quote_identifier(table.name)} ENGINE = Memory "
-                        f"AS SELECT * FROM file({source})"
-                        + (f" SETTINGS {statements.settings_list(settings)}" if settings else "")
-                    )
+                created.append(table.name)
+                self._create_external_table(conn, table, settings)
             yield
         finally:
             for name in created:
                 with contextlib.suppress(ClickHouseError):
                     conn.run(f"DROP TEMPORARY TABLE IF EXISTS {quote_identifier(name)}")
+
+    def _create_external_table(
+        self, conn: EngineConnection, table: ExternalTable, settings: dict[str, str]
+    ) -> None:
+        with tempfile.NamedTemporaryFile(
+            dir=self.server.settings.spool_dir, prefix="external-"
+        ) as tmp:
+            tmp.write(table.data)
+            tmp.flush()
+            source = ", ".join(
+                statements.string_literal(v) for v in (tmp.name, table.format, table.structure)
+            )
+            conn.run(
+                f"CREATE TEMPORARY TABLE {quote_identifier(table.name)} ENGINE = Memory "
+                f"AS SELECT * FROM file({source})"
+                + (f" SETTINGS {statements.settings_list(settings)}" if settings else "")
+            )
 
     def _read_prefix(
         self, url_query: str, body: RequestBody, limit: int

@@ -42,6 +42,7 @@ from clickhouse.server.errors import (
     NOT_IMPLEMENTED,
     ClickHouseError,
 )
+from clickhouse.server.statements import trailing_format
 
 log = logging.getLogger("clickhouse.server")
 
@@ -53,7 +54,6 @@ CUSTOM_SERIALIZATION = 54454
 V2_DYNAMIC_AND_JSON = 54473
 OUT_OF_ORDER_BUCKETS = 54480
 
-_TRAILING_FORMAT = re.compile(r"\sFORMAT\s+\w+(?:\s+SETTINGS\s+(.+))?$", re.S)
 _LOW_CARDINALITY = re.compile(r"(?<![\w'`])LowCardinality\(")
 _AGGREGATE_FUNCTION = re.compile(r"(?<![\w'`])AggregateFunction\(")
 _DYNAMIC_OR_JSON = re.compile(r"(?<![\w'`])(?:Dynamic|JSON|Object)(?=[(),]|$)")
@@ -410,10 +410,10 @@ def convert(
 def describe_types(conn: EngineConnection, sql: str, params: Mapping[str, str]) -> list[str] | None:
     """The full column types of a query's result (`sql` as run, perhaps ending in `FORMAT X
     [SETTINGS ...]`), from the engine's DESCRIBE; None when it cannot describe the query."""
-    match = _TRAILING_FORMAT.search(sql)
-    describe = f"DESCRIBE ({sql[: match.start()] if match else sql})"
-    if match and match.group(1):
-        describe += f" SETTINGS {match.group(1)}"
+    clause = trailing_format(sql)
+    describe = f"DESCRIBE ({sql[: clause.start] if clause else sql})"
+    if clause and clause.settings:
+        describe += f" SETTINGS {clause.settings}"
     try:
         output = conn.run(describe, params, "JSONCompactEachRow")
     except ClickHouseError as exc:

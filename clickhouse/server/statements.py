@@ -4,8 +4,9 @@ The engine (clickhouse-local underneath) would run several `;`-separated stateme
 knows no users, so every statement is first parsed by ClickHouse's own parser
 (`formatQuerySingleLine`, which refuses multi-statements), classified by its first
 keyword, checked against the user's rights, and rewritten into a canonical statement:
-query settings go into a trailing `SETTINGS` clause (the read-only user's `readonly=1`
-last, so nothing can lift it) and insert data is read from a spooled file.
+the read-write user's query settings go into a trailing `SETTINGS` clause, and insert data
+is read from a spooled file. Read-only users' statements are also checked against
+sql_policy.py; their settings are applied to their engine connection, never to the text.
 """
 
 from __future__ import annotations
@@ -57,7 +58,13 @@ _INSERT = re.compile(rb"INSERT\b", re.I)
 _WITH = re.compile(rb"WITH\b", re.I)
 _INSERT_WORD = re.compile(rb"\bINSERT\b", re.I)
 _FORMAT_OR_VALUES = re.compile(rb"\b(?:FORMAT\s+([A-Za-z0-9_]+)|(VALUES)\b)", re.I)
-_TRAILING_FORMAT = re.compile(r"\sFORMAT\s+(\w+)(\s+SETTINGS\s+.+)?$", re.S)
+# Tokens of a canonical statement: quoted literals and identifiers whole (no keyword is ever
+# found inside one), words, whitespace, any other character. Each alternative starts
+# differently and has no nested repetition: linear time.
+_TOKEN = re.compile(
+    r"'(?:[^'\\]|\\.|'')*'|`(?:[^`\\]|\\.|``)*`|\"(?:[^\"\\]|\\.|\"\")*\"|\s+|\w+|.",
+    re.S,
+)
 _INSERT_PARTS = re.compile(r"^(INSERT INTO .+?)(?: SETTINGS (.+?))? FORMAT (\w+)$", re.S)
 _SYNC_DROP = re.compile(r"^(?:DROP|DETACH)\b.*\bSYNC$", re.S)
 _FILE_ACCESS = re.compile(r"\bINTO OUTFILE\b|\bFROM INFILE\b", re.I)
@@ -179,6 +186,39 @@ def settings_list(settings: Mapping[str, str]) -> str:
     return ", ".join(parts)
 
 
+@dataclass(frozen=True)
+class TrailingFormat:
+    """A statement's own `FORMAT x [SETTINGS ...]` clause, found outside any literal."""
+
+    start: int
+    """Where the clause (the whitespace before FORMAT) starts."""
+    format: str
+    settings: str | None
+    """The text of its SETTINGS list, if it has one."""
+
+
+def trailing_format(sql: str) -> TrailingFormat | None:
+    """The trailing `FORMAT x [SETTINGS ...]` of a canonical statement, found by tokens, so a
+    string literal that imitates one (`'... FORMAT TSV SETTINGS x'`) is never taken for it."""
+    tokens = [(m.start(), m.group()) for m in _TOKEN.finditer(sql)]
+    words = [(i, pos, text) for i, (pos, text) in enumerate(tokens) if not text.isspace()]
+    found: TrailingFormat | None = None
+    for n, (i, _pos, text) in enumerate(words):
+        if text != "FORMAT" or n + 1 >= len(words) or not i or not tokens[i - 1][1].isspace():
+            continue
+        name = words[n + 1][2]
+        rest = words[n + 2 :]
+        if name.startswith("`"):  # the parser quotes a format that is a keyword: `Null`
+            name = name[1:-1]
+        if not re.fullmatch(r"\w+", name):
+            continue
+        if not rest:
+            found = TrailingFormat(tokens[i - 1][0], name, None)
+        elif rest[0][2] == "SETTINGS" and len(rest) > 1:
+            found = TrailingFormat(tokens[i - 1][0], name, sql[rest[1][1] :])
+    return found
+
+
 def output_query(
     canonical: str, default_format: str, settings: Mapping[str, str]
 ) -> tuple[str, str]:
@@ -190,12 +230,12 @@ def output_query(
     sql = canonical.rstrip().rstrip(";")
     if _NO_CLAUSES.match(sql):
         return sql, default_format
-    match = _TRAILING_FORMAT.search(sql)
-    fmt = match.group(1) if match else default_format
-    if match is None and settings:
+    clause = trailing_format(sql)
+    fmt = clause.format if clause else default_format
+    if clause is None and settings:
         sql += f" FORMAT {default_format}"
     if settings:
-        joiner = ", " if match is not None and match.group(2) else " SETTINGS "
+        joiner = ", " if clause is not None and clause.settings else " SETTINGS "
         sql += joiner + settings_list(settings)
     return sql, fmt
 

@@ -18,8 +18,9 @@ class User:
     name: str
     password: str = field(repr=False)
     readonly: bool
-    # Settings forced on every query of this user, after the client's own.
-    forced_settings: Mapping[str, str] = field(default_factory=dict)
+    profile: str | None = None
+    """The settings profile of its engine connections (Engine.profiles): set on the connection
+    with `readonly=1` last, so nothing the user sends can lift it. None: the read-write user."""
     sql_user: bool = False
     """A user handed to people and tools (reader, superset): limited, and kept to the engine
     connections SQL users share, so the API and ingestion always find one free."""
@@ -27,6 +28,8 @@ class User:
     """Its queries running at once; one more is refused (code 202). 0: no limit."""
 
 
+SQL_PROFILE = "sql"
+API_PROFILE = "api"
 # FINAL hides readings delivered twice. A reading's copies always share a partition (the day
 # of its timestamp, which is in the dedup key), so FINAL need not merge across partitions,
 # and a partition of one part is read without merging at all.
@@ -45,19 +48,31 @@ def sql_user_limits(settings: ServerSettings) -> dict[str, str]:
     }
 
 
-def _read_only(name: str, password: str, forced: Mapping[str, str], **kwargs: object) -> User:
-    # readonly=1 comes last, so nothing before it can be lifted by the client.
-    return User(name, password, True, {**_DEDUPLICATED, **forced, "readonly": "1"}, **kwargs)
+def api_limits(settings: ServerSettings) -> dict[str, str]:
+    """The settings profile of the API's user: time and memory of a query (the size of its
+    answers is bounded by the API, which streams them)."""
+    return {
+        "max_execution_time": str(settings.api_max_execution_time_s),
+        "max_memory_usage": str(settings.api_max_memory_usage),
+    }
+
+
+def profiles(settings: ServerSettings) -> dict[str, tuple[dict[str, str], int]]:
+    """The read-only users' settings profiles by name, with the engine connections each may
+    use at once; a profile is applied to a connection once, `readonly=1` last (engine.py)."""
+    return {
+        SQL_PROFILE: ({**_DEDUPLICATED, **sql_user_limits(settings)}, settings.sql_connections),
+        API_PROFILE: ({**_DEDUPLICATED, **api_limits(settings)}, settings.api_connections),
+    }
 
 
 def users_from_settings(settings: ServerSettings) -> dict[str, User]:
-    limits = sql_user_limits(settings)
-
     def sql_user(name: str, password: SecretStr) -> User:
-        return _read_only(
+        return User(
             name,
             password.get_secret_value(),
-            limits,
+            readonly=True,
+            profile=SQL_PROFILE,
             sql_user=True,
             max_concurrent_queries=settings.sql_max_concurrent_queries_per_user,
         )
@@ -67,7 +82,14 @@ def users_from_settings(settings: ServerSettings) -> dict[str, User]:
         sql_user(settings.reader_user, settings.reader_password),
     ]
     if settings.api_password is not None:
-        users.append(_read_only(settings.api_user, settings.api_password.get_secret_value(), {}))
+        users.append(
+            User(
+                settings.api_user,
+                settings.api_password.get_secret_value(),
+                readonly=True,
+                profile=API_PROFILE,
+            )
+        )
     if settings.superset_password is not None:  # Superset's own: SQL Lab, dashboards
         users.append(sql_user(settings.superset_user, settings.superset_password))
     return {user.name: user for user in users}

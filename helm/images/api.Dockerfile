@@ -11,6 +11,7 @@ WORKDIR /app
 # The API packs readings with the producers' wire format (producers/message.py).
 COPY api/ api/
 COPY producers/ producers/
+COPY kafka/ kafka/
 RUN useradd --uid 10001 --user-group --no-create-home jobscope
 USER 10001:10001
 ENV PATH=/opt/venv/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1

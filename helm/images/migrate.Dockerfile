@@ -11,6 +11,7 @@ COPY --from=build /opt/venv /opt/venv
 WORKDIR /app
 COPY clickhouse/ clickhouse/
 COPY stack/ stack/
+COPY kafka/ kafka/
 RUN useradd --uid 10001 --user-group --no-create-home jobscope
 USER 10001:10001
 ENV PATH=/opt/venv/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1

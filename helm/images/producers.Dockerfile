@@ -13,6 +13,7 @@ RUN apt-get update \
 COPY --from=build /opt/venv /opt/venv
 WORKDIR /app
 COPY producers/ producers/
+COPY kafka/ kafka/
 RUN useradd --uid 10001 --user-group --no-create-home jobscope
 USER 10001:10001
 ENV PATH=/opt/venv/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -12,12 +12,30 @@ from typing import Any
 import httpx
 import pytest
 from clickhouse_connect.driver.client import Client
+from confluent_kafka import Producer
 
 from jobscope.client import Client as ApiClient
+from producers.message import pack_by_device
+from producers.reading import Reading
+from stack.config import StackSettings
 from stack.processes import wait_until
 
 COLUMNS = ["timestamp", "device_id", "metric_id", "value", "labels"]
 Row = list[Any]
+
+
+@pytest.fixture(scope="module")
+def publish(clickhouse: StackSettings) -> Iterator[Callable[[list[Reading]], None]]:
+    """Publish readings to the test stack's readings topic, as the producers do."""
+    producer = Producer({"bootstrap.servers": clickhouse.kafka_bootstrap, "linger.ms": 5})
+
+    def send(readings: list[Reading]) -> None:
+        for device, packed in pack_by_device(readings):
+            producer.produce("readings", packed.payload, device.encode())
+        assert producer.flush(30) == 0, "Kafka did not take the readings"
+
+    yield send
+    producer.flush(30)
 
 
 @pytest.fixture(scope="session")

@@ -38,6 +38,7 @@ LIMITS = {
     "JOBSCOPE_MAX_METRICS": "3",
     "JOBSCOPE_JSON_MAX_SPAN_S": "60",
     "JOBSCOPE_JSON_MAX_READINGS": "5",
+    "JOBSCOPE_COLUMNAR_MAX_READINGS": "5",
     "JOBSCOPE_MAX_EXPORTS": "2",
     "JOBSCOPE_EXPORT_QUEUE": "1",
     "JOBSCOPE_EXPORT_WAIT_S": "2",
@@ -144,7 +145,8 @@ def test_a_large_json_answer_is_refused_pointing_to_the_streamed_formats(
     limited_api: str, ten_readings: tuple[str, datetime]
 ) -> None:
     """Over JOBSCOPE_JSON_MAX_SPAN_S (60 s here), a JSON answer is counted; past
-    JOBSCOPE_JSON_MAX_READINGS (5) it is a 400 naming `format`; the streamed formats are not
+    JOBSCOPE_JSON_MAX_READINGS (5) it is a 400 naming `format`; Parquet and Arrow, built whole
+    by the engine, are refused past JOBSCOPE_COLUMNAR_MAX_READINGS (5); NDJSON and CSV are not
     bounded; a long span holding few readings is served."""
     device, base = ten_readings
     hour = {"devices": device, "start_time": base.isoformat()}
@@ -157,8 +159,14 @@ def test_a_large_json_answer_is_refused_pointing_to_the_streamed_formats(
     assert refused.status_code == 400, refused.text
     body = refused.json()
     assert body["parameter"] == "format"
-    assert "format=ndjson, csv, parquet or arrow" in body["error"]
+    assert "format=ndjson or csv" in body["error"]
     assert "JOBSCOPE_JSON_MAX_READINGS" in body["error"]
+    for columnar in ("parquet", "arrow"):  # built whole by the engine: always counted
+        built = get(format=columnar)
+        assert built.status_code == 400 and built.json()["parameter"] == "format", built.text
+        assert "JOBSCOPE_COLUMNAR_MAX_READINGS" in built.json()["error"]
+    five = get(format="parquet", end_time=(base + timedelta(minutes=4, seconds=30)).isoformat())
+    assert five.status_code == 200 and five.content.startswith(b"PAR1")
     ndjson = get(format="ndjson")
     assert ndjson.status_code == 200 and len(ndjson.text.splitlines()) == 10
     assert len(get(format="csv").text.splitlines()) == 11  # and a header
@@ -382,3 +390,114 @@ def test_request_head_and_body_have_deadlines(limited_api: str, api_tokens: dict
     finally:
         trickle.stopped.set()
         slow.close()
+
+
+def _response_head(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
+    """The status, headers and the start of the body of the response read from `sock`."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, f"closed before a response: {data!r}"
+        data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (x.partition(":") for x in lines)}
+    return int(status_line.split()[1]), headers, rest
+
+
+def _closed_soon(sock: socket.socket, timeout_s: float = 10.0) -> bool:
+    """Whether the server closes `sock` within `timeout_s` (what it still sends is dropped)."""
+    sock.settimeout(timeout_s)
+    try:
+        while sock.recv(65536):
+            pass
+    except ConnectionError:
+        pass
+    except TimeoutError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("framing", ["content-length", "chunked"])
+def test_an_unauthenticated_huge_body_is_refused_before_it_is_read(
+    api_url: str, framing: str
+) -> None:
+    """A 100 MB job body without a valid token: the client sends the head and 64 KiB of the
+    body, and gets the 401 at once, the connection closed (the other ~100 MB never read)."""
+    for auth in (b"", b"Authorization: Bearer not-a-token-of-ours\r\n"):
+        sock = _connect(api_url)
+        sock.settimeout(10)
+        size = (
+            b"Content-Length: 100000000\r\n"
+            if framing == "content-length"
+            else (b"Transfer-Encoding: chunked\r\n")
+        )
+        sock.sendall(
+            b"POST /api/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + auth
+            + size
+            + b"\r\n"
+        )
+        part = b'{"job_id": "' + b"x" * 65536
+        sock.sendall(part if framing == "content-length" else b"%x\r\n%s\r\n" % (len(part), part))
+        status, headers, _ = _response_head(sock)
+        assert status == 401, (auth, status)
+        assert headers["connection"] == "close" and headers["www-authenticate"] == "Bearer"
+        assert _closed_soon(sock), "the server kept the connection open to read the body"
+        sock.close()
+
+
+def test_an_oversize_body_of_an_authenticated_write_gets_413(
+    api_url: str, api_tokens: dict[str, str]
+) -> None:
+    """JOBSCOPE_MAX_BODY_BYTES (1 MiB by default), with a valid token: a larger Content-Length
+    is refused before the body is read; a chunked body is counted as it comes and refused
+    once past the cap; either way the connection is closed, not drained."""
+    auth = f"Authorization: Bearer {api_tokens['scheduler']}\r\n".encode()
+    head = b"POST /api/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + auth
+    declared = _connect(api_url)
+    declared.settimeout(10)
+    declared.sendall(head + b"Content-Length: 2097152\r\n\r\n" + b'{"job_id": "')
+    status, headers, body = _response_head(declared)
+    assert status == 413 and headers["connection"] == "close", (status, headers)
+    assert b"JOBSCOPE_MAX_BODY_BYTES" in body
+    assert _closed_soon(declared)
+    declared.close()
+
+    streamed = _connect(api_url)
+    streamed.settimeout(10)
+    streamed.sendall(head + b"Transfer-Encoding: chunked\r\n\r\n")
+    chunk = b" " * 262144
+    sent = 0
+    with contextlib.suppress(ConnectionError):  # closed by the server once over the cap
+        for _ in range(16):  # 4 MiB at most
+            streamed.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            sent += len(chunk)
+    status, headers, body = _response_head(streamed)
+    assert status == 413 and headers["connection"] == "close", (status, headers)
+    assert b"JOBSCOPE_MAX_BODY_BYTES" in body
+    assert _closed_soon(streamed)
+    streamed.close()
+    # the same body within the cap is read and judged on its content
+    small = httpx.post(
+        f"{api_url}/api/jobs",
+        content=b'{"nodes": ["n-1"]}' + b" " * 100_000,
+        headers={
+            "Authorization": f"Bearer {api_tokens['scheduler']}",
+            "Content-Type": "application/json",
+        },
+        timeout=10,
+    )
+    assert small.status_code == 400 and small.json()["parameter"] == "job_id", small.text
+
+
+def test_the_push_route_keeps_its_own_body_cap(api_url: str, api_tokens: dict[str, str]) -> None:
+    """A push of 2 MiB (over JOBSCOPE_MAX_BODY_BYTES, under JOBSCOPE_PUSH_MAX_BODY_BYTES) is
+    read by the push route, not refused by the general cap."""
+    response = httpx.post(
+        f"{api_url}/api/metrics",
+        content=b"[" + b" " * (2 * 1024 * 1024) + b"]",
+        headers={"Authorization": f"Bearer {api_tokens['admin']}"},
+        timeout=30,
+    )
+    assert response.status_code == 400 and response.json()["parameter"] == "body", response.text

@@ -21,9 +21,7 @@ from typing import Any
 
 import httpx
 import pytest
-from confluent_kafka import Producer
 
-from producers.message import pack_by_device
 from producers.reading import Reading
 from stack import services
 from stack.config import REPO_ROOT, StackSettings
@@ -40,20 +38,6 @@ def now_us() -> int:
 def iso_of(us: int) -> str:
     t = datetime(1970, 1, 1) + timedelta(microseconds=us)
     return t.isoformat(timespec="microseconds") + "+00:00"
-
-
-@pytest.fixture(scope="module")
-def publish(clickhouse: StackSettings) -> Iterator[Callable[[list[Reading]], None]]:
-    """Publish readings to the test stack's readings topic, as the producers do."""
-    producer = Producer({"bootstrap.servers": clickhouse.kafka_bootstrap, "linger.ms": 5})
-
-    def send(readings: list[Reading]) -> None:
-        for device, packed in pack_by_device(readings):
-            producer.produce("readings", packed.payload, device.encode())
-        assert producer.flush(30) == 0, "Kafka did not take the readings"
-
-    yield send
-    producer.flush(30)
 
 
 def running_job(post_job: Callable[..., dict[str, Any]], prefix: str, nodes: list[str]) -> str:

@@ -337,12 +337,11 @@ def test_external_tables(http: httpx.Client, reader_client: Client) -> None:
     assert missing.status_code == 400 and "ext_structure" in missing.text
 
 
-def test_a_form_body_is_bounded_as_it_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The form is read before the credentials are checked: past the limit it is refused
-    at once, not buffered."""
+def test_a_form_body_is_bounded_as_it_is_read() -> None:
+    """The form is held in memory: past the limit (max_form_bytes) it is refused at once, not
+    buffered."""
     from clickhouse.server import forms
 
-    monkeypatch.setattr(forms, "MAX_FORM_BYTES", 10)
     read = []
 
     def chunks() -> Iterator[bytes]:
@@ -351,7 +350,7 @@ def test_a_form_body_is_bounded_as_it_is_read(monkeypatch: pytest.MonkeyPatch) -
             yield b"x" * 4
 
     with pytest.raises(forms.ClickHouseError, match="over 10 bytes"):
-        forms.read_form(chunks())
+        forms.read_form(chunks(), 10)
     assert len(read) == 3
 
 
@@ -417,15 +416,19 @@ def test_a_session_runs_one_query_at_a_time(http: httpx.Client) -> None:
     """A second query of a session while its first one runs is refused with code 373, as
     ClickHouse does; once the first one is over, the session takes queries again."""
     session = {"session_id": f"s-{uuid.uuid4().hex}"}
+    slow_id = f"slow-{uuid.uuid4().hex}"
     slow = threading.Thread(
         target=lambda: http.post(
             "/",
-            params={**session, "max_block_size": "1"},
+            params={**session, "max_block_size": "1", "query_id": slow_id},
             content="SELECT sleepEachRow(0.5) FROM numbers(12) FORMAT Null",
         ),
     )
     slow.start()
     try:
+        # The session's next query only once the slow one holds it (else it might be first).
+        running = f"SELECT count() FROM system.processes WHERE query_id = '{slow_id}'"
+        wait_until(lambda: http.post("/", content=running).text == "1\n", 5, "the slow query")
 
         def refused() -> bool:
             answer = http.post("/", params=session, content="SELECT 1")

@@ -44,7 +44,7 @@ def connect_worker(
 ) -> Iterator[Worker]:
     worker = services.worker(clickhouse, connect_settings)
     worker.start()
-    services.register_all(worker.url, connect_settings)
+    services.register_all(worker, services.with_local_password(clickhouse, connect_settings))
     yield worker
     worker.stop()
 

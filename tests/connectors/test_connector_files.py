@@ -5,15 +5,19 @@ registering it a second time changes nothing."""
 from __future__ import annotations
 
 import json
+import re
+import stat
 from pathlib import Path
 
 import httpx
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from connectors import rest
+from connectors import rest, services
 from connectors.config import ConnectSettings
 from connectors.worker import CONNECTORS_DIR, Worker
+from stack.config import StackSettings
+from stack.processes import wait_until
 
 FILES = sorted(CONNECTORS_DIR.glob("*.json"))
 
@@ -28,8 +32,10 @@ def test_connector_file_is_valid(
 ) -> None:
     document = json.loads(path.read_text())
     assert set(document) == {"name", "config"} and document["name"] == path.stem
-    name, config = rest.load(path, connect_settings.placeholders())
-    assert "${" not in json.dumps(config)
+    references = connect_worker.references(connect_settings.secrets())
+    name, config = rest.load(path, connect_settings.placeholders(references))
+    # filled in, but for the config provider's references to secrets
+    assert not re.search(r"\$\{(?!file:)", json.dumps(config))
     assert {"connector.class", "tasks.max"} <= set(config)
     plugins = httpx.get(f"{connect_worker.url}/connector-plugins", timeout=30).json()
     assert config["connector.class"] in {p["class"] for p in plugins}
@@ -50,7 +56,9 @@ def test_second_registration_changes_nothing(
     configs_topic = f"_{connect_worker.name}-configs"
     before = _end_offset(connect_worker.bootstrap, configs_topic)
     tasks = rest.status(connect_worker.url, "oar-jobs")["tasks"]
-    name, config = rest.load(CONNECTORS_DIR / "oar-jobs.json", connect_settings.placeholders())
+    references = connect_worker.references(connect_settings.secrets())
+    path = CONNECTORS_DIR / "oar-jobs.json"
+    name, config = rest.load(path, connect_settings.placeholders(references))
     assert rest.register(connect_worker.url, name, config) is False
     assert _end_offset(connect_worker.bootstrap, configs_topic) == before
     assert rest.status(connect_worker.url, "oar-jobs")["tasks"] == tasks
@@ -61,3 +69,41 @@ def test_missing_placeholder_is_an_error(tmp_path: Path) -> None:
     path.write_text(json.dumps({"name": "c", "config": {"a": "${NOPE}"}}))
     with pytest.raises(KeyError, match="NOPE"):
         rest.load(path, {})
+
+
+def test_no_secret_in_the_configs_topic_nor_the_rest_api(
+    connect_worker: Worker, stack_settings: StackSettings
+) -> None:
+    """The connectors run (test_oar_cdc) with the OAR password, yet neither the configs
+    topic (every record ever written) nor the REST API's view of the configuration holds it:
+    only a reference into the worker's private secrets file."""
+    password = services.oar_database(stack_settings, ConnectSettings()).password
+    config = httpx.get(f"{connect_worker.url}/connectors/oar-jobs/config", timeout=30).json()
+    assert config["database.password"].startswith("${file:")
+    assert password not in json.dumps(config)
+    topic = f"_{connect_worker.name}-configs"
+    consumer = Consumer(
+        {
+            "bootstrap.servers": connect_worker.bootstrap,
+            "group.id": "jobscope-test-configs",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        end = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        records: list[bytes] = []
+
+        def read_all() -> bool:
+            records.extend(m.value() or b"" for m in consumer.consume(100, 1) if not m.error())
+            return len(records) >= end
+
+        wait_until(read_all, 30, f"every record of {topic}")
+    finally:
+        consumer.close()
+    assert any(b"database.password" in r for r in records)
+    assert not any(password.encode() in r for r in records)
+    secrets_file = connect_worker.secrets_file
+    assert stat.S_IMODE(secrets_file.stat().st_mode) == 0o600
+    assert f"oar_db_password={password}" in secrets_file.read_text()

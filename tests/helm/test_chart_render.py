@@ -204,6 +204,15 @@ def test_helm_test_hook_asks_the_api_health() -> None:
         (["--set", "api.service.type=Nowhere"], "/api/service/type"),
         (["--set", "typo=1"], "typo"),
         ([], "clickhouse.admin.password or clickhouse.admin.existingSecret is required"),
+        # static tokens of 16 characters at least, the signing key 32 (api/config.py)
+        (["--set", "api.tokens.adminToken=short"], "/api/tokens/adminToken"),
+        (["--set", "api.tokens.schedulerToken=" + "x" * 15], "/api/tokens/schedulerToken"),
+        (["--set", "api.tokens.tokenSecret=" + "s" * 31], "/api/tokens/tokenSecret"),
+        (["--set", "api.tokens.maxTtlDays=0"], "/api/tokens/maxTtlDays"),
+        # SASL needs the Secret of the passwords; a CA only with TLS
+        (["--set", "kafka.security.protocol=SASL_SSL"], "/kafka/security/existingSecret"),
+        (["--set", "kafka.security.caSecret=ca"], "/kafka/security/protocol"),
+        (["--set", "kafka.security.protocol=SSL"], "/kafka/security/protocol"),
     ],
 )
 def test_bad_values_are_refused(values: list[str], message: str) -> None:
@@ -212,3 +221,56 @@ def test_bad_values_are_refused(values: list[str], message: str) -> None:
         check=False,
     )  # fmt: skip
     assert message in out
+
+
+def test_token_and_body_settings_reach_the_api() -> None:
+    """Tokens of the least lengths render; the lifetime, body and throttle settings are the
+    API's environment."""
+    docs = render(
+        "-f", str(CHART / "ci" / "small-site.yaml"),
+        "--set", "api.tokens.adminToken=" + "a" * 16,
+        "--set", "api.tokens.tokenSecret=" + "s" * 32,
+        "--set", "api.tokens.maxTtlDays=30",
+        "--set", "api.authThrottle.maxFailures=5",
+        "--set", "api.forwardedAllowIps=10.0.0.0/8",
+    )  # fmt: skip
+    api = by_kind(docs, "Deployment")["t-jobscope-api"]["spec"]["template"]["spec"]
+    env = env_of(api["containers"][0])
+    assert env["JOBSCOPE_TOKEN_MAX_TTL_DAYS"] == "30"
+    assert env["JOBSCOPE_MAX_BODY_BYTES"] == "1048576"
+    assert env["JOBSCOPE_AUTH_MAX_FAILURES"] == "5"
+    assert env["JOBSCOPE_AUTH_FAILURE_WINDOW_S"] == "60"
+    assert env["JOBSCOPE_FORWARDED_ALLOW_IPS"] == "10.0.0.0/8"
+
+
+def test_kafka_credentials_reach_every_component_that_talks_to_kafka() -> None:
+    """large-site: SASL_SSL; each component is its own user, its password from the Secret
+    (never in a value), the CA mounted where JOBSCOPE_KAFKA_SSL_CA_FILE says."""
+    docs = scenario("large-site")
+    deployments = by_kind(docs, "Deployment")
+    job = by_kind(docs, "Job")["t-jobscope-schema"]["spec"]["template"]["spec"]
+    pods = {
+        "api": deployments["t-jobscope-api"]["spec"]["template"]["spec"],
+        "producers": deployments["t-jobscope-producers-3"]["spec"]["template"]["spec"],
+        "schema": {**job, "containers": job["initContainers"]},
+        "connect": deployments["t-jobscope-connect"]["spec"]["template"]["spec"],
+    }
+    for user, pod in pods.items():
+        container = pod["containers"][0]
+        env = env_of(container)
+        assert env["JOBSCOPE_KAFKA_SECURITY_PROTOCOL"] == "SASL_SSL", user
+        assert env["JOBSCOPE_KAFKA_SASL_MECHANISM"] == "SCRAM-SHA-512"
+        assert env["JOBSCOPE_KAFKA_SASL_USERNAME"] == f"jobscope-{user}"
+        assert env["JOBSCOPE_KAFKA_SASL_PASSWORD"] == {
+            "secretKeyRef": {"name": "kafka-users", "key": user}
+        }
+        assert env["JOBSCOPE_KAFKA_SSL_CA_FILE"] == "/etc/jobscope/kafka-ca/ca.crt"
+        mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+        assert mounts["kafka-ca"] == "/etc/jobscope/kafka-ca"
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        assert volumes["kafka-ca"]["secret"] == {"secretName": "kafka-ca"}
+    migrate = env_of(job["containers"][0])  # the schema runner talks to ClickHouse only
+    assert "JOBSCOPE_KAFKA_SASL_PASSWORD" not in migrate
+    small = scenario("small-site")  # PLAINTEXT: nothing added
+    api = by_kind(small, "Deployment")["t-jobscope-api"]["spec"]["template"]["spec"]
+    assert not any(n.startswith("JOBSCOPE_KAFKA_SASL") for n in env_of(api["containers"][0]))

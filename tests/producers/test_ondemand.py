@@ -185,7 +185,7 @@ def test_oar_monitor_job_types_activate_like_kwollect(types: str, active: bool) 
         return
     job = JobCreate(job_id="1", nodes=["grisou-1.nancy.grid5000.fr"], labels={"types": types})
     document = activation(job, pattern, None).model_dump_json().encode()
-    parsed = parse_activation("job/1", document)
+    parsed = parse_activation("job/1", document, max_pattern_chars=4096)
     activations = Activations({parsed.id: parsed})
     now = _now_us()
     assert activations.active("grisou-1", None, "wattmetre_power_watt", now)
@@ -204,7 +204,9 @@ def test_plan_follows_activations_and_expiry() -> None:
     assert [g.update_every_ms for g in build_groups(entries)] == [1000]
     now = _now_us()
     activation = parse_activation(
-        "job/9", b'{"devices": ["n1"], "metrics": null, "until": %d}' % (now // 1_000_000 + 60)
+        "job/9",
+        b'{"devices": ["n1"], "metrics": null, "until": %d}' % (now // 1_000_000 + 60),
+        max_pattern_chars=4096,
     )
     activations = Activations({activation.id: activation})
     periods = sorted(key[2] for key in plan(entries, activations, now))

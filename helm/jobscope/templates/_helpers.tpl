@@ -111,6 +111,48 @@ key: clickhouseApiPassword
   value: {{ .Values.kafka.bootstrapServers | quote }}
 {{- end }}
 
+{{/* How one component logs in to Kafka (kafka/security.py): (dict "ctx" . "user" "api"),
+the user a key of kafka.security.users; nothing with PLAINTEXT. */}}
+{{- define "jobscope.kafkaSecurityEnv" -}}
+{{- $security := .ctx.Values.kafka.security }}
+{{- if ne $security.protocol "PLAINTEXT" }}
+{{- $user := index $security.users .user }}
+- name: JOBSCOPE_KAFKA_SECURITY_PROTOCOL
+  value: {{ $security.protocol | quote }}
+- name: JOBSCOPE_KAFKA_SASL_MECHANISM
+  value: {{ $security.saslMechanism | quote }}
+- name: JOBSCOPE_KAFKA_SASL_USERNAME
+  value: {{ $user.username | quote }}
+- name: JOBSCOPE_KAFKA_SASL_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ required "kafka.security.existingSecret is required with SASL" $security.existingSecret }}
+      key: {{ $user.passwordKey }}
+{{- if $security.caSecret }}
+- name: JOBSCOPE_KAFKA_SSL_CA_FILE
+  value: /etc/jobscope/kafka-ca/{{ $security.caSecretKey }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The mount of the Kafka CA (kafka.security.caSecret), for a container's volumeMounts. */}}
+{{- define "jobscope.kafkaCaMount" -}}
+{{- if .Values.kafka.security.caSecret }}
+- name: kafka-ca
+  mountPath: /etc/jobscope/kafka-ca
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{/* The volume of the Kafka CA, for a pod's volumes. */}}
+{{- define "jobscope.kafkaCaVolume" -}}
+{{- if .Values.kafka.security.caSecret }}
+- name: kafka-ca
+  secret:
+    secretName: {{ .Values.kafka.security.caSecret }}
+{{- end }}
+{{- end }}
+
 {{/* The opt-in JSON copy of the readings (the processes that write readings). */}}
 {{- define "jobscope.jsonTopicEnv" -}}
 - name: JOBSCOPE_JSON_TOPIC

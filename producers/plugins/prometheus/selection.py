@@ -14,6 +14,13 @@ producer reads its file.
   (the tick's without one), its other labels kept plus `_metric_origin=prom_kwollect_custom`.
 - A sample with its own time is published once: while its time (and value) stays the same,
   the next polls leave it out (a pushed value is not stored again at every tick).
+- What users write cannot reach other users' jobs (textfiles are theirs): labels starting
+  with `_` are reserved (`_device_alias` would sum the value into another node's power), so
+  a sample carrying one is dropped and reported, unless the entry's own labels set it (the
+  entry's value wins; the operator's device files keep working); `kwollect_custom`'s
+  `_metric_id` and `_timestamp` are its syntax, not labels. A sample's own time must lie
+  within [tick - time_max_age_s, tick + time_max_ahead_s], else it is dropped and reported:
+  a new tenant of a node cannot backdate values into the previous tenant's job.
 """
 
 from __future__ import annotations
@@ -39,6 +46,8 @@ CUSTOM = "kwollect_custom"
 CUSTOM_ORIGIN = {"_metric_origin": "prom_kwollect_custom"}
 """The label Kwollect adds to such readings (same value for file://, same series)."""
 _CUSTOM_LABELS = frozenset(("_metric_id", "_timestamp"))
+RESERVED_PREFIX = "_"
+"""Labels starting with it are jobscope's and the operator's, never a sample's own."""
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _LABEL_KEY = re.compile(r"label\.([a-zA-Z_][a-zA-Z0-9_]*)(!?)")
 _MAX_SECONDS = 2**62 / 1e6
@@ -67,6 +76,15 @@ class SelectOptions(BaseModel):
         "prom_",
         pattern=r"^([a-zA-Z_:][a-zA-Z0-9_:]*)?$",
         description="put before every sample name (Kwollect's prom_)",
+    )
+    time_max_age_s: float = Field(
+        60,
+        ge=0,
+        description="a sample's own time (`_timestamp`, or the exposition's) older than the "
+        "tick by more: dropped, reported (keep it under the period and the gap between jobs)",
+    )
+    time_max_ahead_s: float = Field(
+        10, ge=0, description="a sample's own time later than the tick by more: dropped, reported"
     )
 
     @model_validator(mode="before")
@@ -114,6 +132,8 @@ class Selection:
         """Where the samples come from, for the log (a URL, a file)."""
         self.scale = entry.scale_factor if entry.scale_factor is not None else 1.0
         self.entry_labels = dict(entry.labels)
+        self._max_age_us = round(options.time_max_age_s * 1_000_000)
+        self._max_ahead_us = round(options.time_max_ahead_s * 1_000_000)
         self._filtered = options.metrics is not None or options.match is not None
         self._seen: set[tuple[object, ...]] = set()
         """Samples with their own time published by the previous poll (not sent again)."""
@@ -148,6 +168,8 @@ class Selection:
                 own_us = custom_us if custom_us is not None else own_us
             else:
                 metric = metric_ids.get(name) or self._metric_id(name)
+                if labels and self._reserved(name, labels, skips):
+                    continue
             if entry_labels:
                 labels = self._with_entry_labels(labels)
             if scale != 1.0:
@@ -157,7 +179,7 @@ class Selection:
                 continue
             key = (metric, tuple(sorted(labels.items())), own_us, value)
             seen.add(key)
-            if key not in self._seen:
+            if key not in self._seen and self._in_time(name, metric, own_us, timestamp_us, skips):
                 out.append(Reading(own_us, device_id, metric, value, labels))
         self._seen = seen
         if names is not None and len(listed_seen) < len(names):
@@ -192,7 +214,35 @@ class Selection:
                 return None
             own_us = round(seconds * 1_000_000)
         kept = {k: v for k, v in labels.items() if k not in _CUSTOM_LABELS}
+        if self._reserved(f"{CUSTOM} {metric}", kept, skips):
+            return None
         return metric, {**kept, **CUSTOM_ORIGIN}, own_us
+
+    def _reserved(self, what: str, labels: Mapping[str, str], skips: Skips) -> bool:
+        """Whether the sample carries a reserved label the entry does not set (reported)."""
+        for key in labels:
+            if key[:1] == RESERVED_PREFIX and key not in self.entry_labels:
+                skips.skip(
+                    self.device_id,
+                    f"{what} ({self.source})",
+                    f"label {key} is reserved (labels starting with {RESERVED_PREFIX!r} are "
+                    "set by jobscope and device entries, not by samples)",
+                )
+                return True
+        return False
+
+    def _in_time(self, name: str, metric: str, own_us: int, tick_us: int, skips: Skips) -> bool:
+        """Whether a sample's own time is near enough the tick's (reported when not)."""
+        if tick_us - self._max_age_us <= own_us <= tick_us + self._max_ahead_us:
+            return True
+        skips.skip(
+            self.device_id,
+            f"{name} {metric} ({self.source})",
+            f"its time {own_us / 1e6:.6f} is more than time_max_age_s="
+            f"{self.options.time_max_age_s:g} before or time_max_ahead_s="
+            f"{self.options.time_max_ahead_s:g} after the poll's {tick_us / 1e6:.6f}",
+        )
+        return False
 
     def _with_entry_labels(self, labels: Mapping[str, str]) -> dict[str, str]:
         """The entry's labels over the sample's; a clashing sample label becomes

@@ -123,7 +123,7 @@ class Agent(BaseModel):
     max_repetitions: int
 
     def __str__(self) -> str:
-        who = f"user {self.v3.user}" if self.v3 else f"community {self.community!r}"
+        who = f"user {self.v3.user}" if self.v3 else "a community"  # a password: never shown
         return f"{self.host}:{self.port} ({'v3' if self.v3 else 'v2c'}, {who})"
 
 

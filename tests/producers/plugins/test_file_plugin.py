@@ -148,6 +148,25 @@ def test_one_file_and_sample_timestamps_published_once(tmp_path: Path) -> None:
     assert rows(third)[0] == ("job_energy_joules_total", {}, 12.0, 1_795_288_101_000_000)
 
 
+def test_a_users_file_cannot_alias_nor_backdate(tmp_path: Path) -> None:
+    """The file is the user's: a sample aliased to another node, or timed a week back (by
+    its own time or `_timestamp`), is dropped and counted; `time_max_age_s` widens the
+    window per entry."""
+    path = tmp_path / "job.prom"
+    week_ago = (T - 7 * 86400 * 1_000_000) // 1000
+    path.write_text(
+        f"job_power_watt 300 {week_ago}\n"
+        'job_power_watt{_device_alias="node-9"} 300\n'
+        f'kwollect_custom{{_metric_id="job_x", _timestamp="{week_ago / 1000}"}} 1\n'
+        "job_load 0.5\n"
+    )
+    plugin = build(entry(f"file://{path}?prefix="))
+    assert rows(polls(plugin, T)[0]) == [("job_load", {}, 0.5, T)]
+    assert plugin.skips.count == 3
+    wide = build(entry(f"file://{path}?prefix=&time_max_age_s=700000"))
+    assert [r.metric_id for r in polls(wide, T)[0]] == ["job_power_watt", "job_x", "job_load"]
+
+
 @pytest.mark.parametrize(
     ("url", "error"),
     [

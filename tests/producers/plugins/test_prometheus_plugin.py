@@ -318,6 +318,57 @@ def test_kwollect_custom_values_pushed_through_the_textfile_collector(
     ]
 
 
+def test_user_textfiles_cannot_alias_nor_backdate(
+    node_exporter: NodeExporter, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A user's textfile cannot reach another node's jobs: a sample carrying `_device_alias`
+    (or any label starting with `_`) is dropped and reported, and so is a `_timestamp`
+    further than time_max_age_s before (or time_max_ahead_s after) the poll (reported once:
+    it is not read again while it stays the same). The device entry's own `_device_alias`
+    still applies (the sample's is kept aside, as any clashing label); a `_timestamp` inside
+    the window is honoured."""
+    t = T / 1e6
+    node_exporter.push(
+        "job.prom",
+        'kwollect_custom{_metric_id="job_power_watt", _device_alias="node-9"} 500\n'
+        f'kwollect_custom{{_metric_id="job_old", _timestamp="{t - 120}"}} 1\n'
+        f'kwollect_custom{{_metric_id="job_ahead", _timestamp="{t + 60}"}} 1\n'
+        f'kwollect_custom{{_metric_id="job_ok", _timestamp="{t - 30}"}} 2\n'
+        'job_gauge{_device_alias="node-9"} 3\n'
+        'job_plain{_site="elsewhere"} 4\n',
+    )
+    user = entry(node_exporter.port, "/kwollect_custom-job_gauge-job_plain")
+    outlet = DeviceEntry(
+        name="outlet",
+        device_id="pdu-1",
+        url=f"prometheus://127.0.0.1:{node_exporter.port}/job_gauge",
+        labels={"_device_alias": "node-1"},
+    )
+    plugin = build(user, outlet)
+    first, second = polls(plugin, T, T + 1_000_000)
+    origin = {"_metric_origin": "prom_kwollect_custom"}
+    aliased = {"_device_alias": "node-1", "exported__device_alias": "node-9"}
+    assert sorted(
+        (r.device_id, r.metric_id, dict(r.labels), r.value, r.timestamp_us) for r in first
+    ) == [
+        ("node-1", "job_ok", origin, 2.0, round((t - 30) * 1e6)),
+        ("pdu-1", "prom_job_gauge", aliased, 3.0, T),
+    ]
+    assert [(r.device_id, r.metric_id, r.timestamp_us) for r in second] == [
+        ("pdu-1", "prom_job_gauge", T + 1_000_000)
+    ]
+    assert plugin.skips.count == 5 + 3  # reserved labels at each poll, times once
+    warnings = sorted(r.getMessage() for r in caplog.records if r.name == "test")
+    assert len(warnings) == 5
+    reserved = [w for w in warnings if "is reserved" in w]
+    assert len(reserved) == 3 and all("device_id=node-1" in w for w in reserved)
+    assert sum("label _device_alias is reserved" in w for w in reserved) == 2
+    assert any("job_plain" in w and "label _site is reserved" in w for w in reserved)
+    late = [w for w in warnings if "time_max_age_s=60" in w]
+    assert len(late) == 2 and any("job_old" in w for w in late)
+    assert any("job_ahead" in w for w in late)
+
+
 def test_filters_prefix_params_scale_and_entry_labels(
     node_exporter: NodeExporter, caplog: pytest.LogCaptureFixture
 ) -> None:

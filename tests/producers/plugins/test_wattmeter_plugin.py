@@ -26,6 +26,7 @@ from producers.config import load_devices
 from producers.entry import DeviceEntry
 from producers.message import unpack
 from producers.ondemand import Activation, Activations
+from producers.patterns import prefix_matcher
 from producers.plugins import plugin_for
 from producers.plugins.base import Skips
 from producers.plugins.wattmeter import plugin as wattmeter
@@ -323,7 +324,8 @@ def test_version_3_with_mapping_aliases_and_activation_by_node(
     mapping = tmp_path / "mapping.yaml"
     mapping.write_text("node-7: [wm-v3-port1, wm-v3-port2]\nnode-8: other-meter-port0\n")
     activations = Activations()
-    activations.put(Activation("job/7", frozenset({"node-7"}), re.compile("wattmetre_"), None))
+    watts = prefix_matcher("wattmetre_", max_chars=100)
+    activations.put(Activation("job/7", frozenset({"node-7"}), watts, None))
     item = entry(
         "wm-v3",
         url=f"wattmeter://127.0.0.1:{METERS['wm-v3'].port}/?version=3&mapping={mapping}",

@@ -1,0 +1,1 @@
+"""What every jobscope Kafka client shares (the broker's own files sit beside it)."""
