@@ -97,7 +97,7 @@ class ApiSettings(KafkaClientSettings):
         3600, gt=0, description="the window of push_max_new_series; a series idle this long is new"
     )
     push_tracked_tokens: int = Field(
-        1000, gt=0, description="pusher tokens whose rate and series are tracked (idle ones go)"
+        200, gt=0, description="pusher tokens whose rate and series are tracked (idle ones go)"
     )
     job_visible_timeout_s: float = Field(
         5.0, ge=0, description="a job write waits this long to be queryable (201), else 202"

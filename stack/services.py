@@ -116,27 +116,43 @@ def prepare_state_dir(settings: StackSettings) -> None:
         _check_reachable(settings.state_dir, *account)
 
 
-def _closed_parent(path: Path, uid: int, gid: int) -> Path | None:
-    """The first folder above `path` the account (uid, gid) cannot traverse, if any."""
-    for parent in reversed(path.resolve().parents):
-        st = parent.stat()
-        if not (
-            st.st_mode & stat.S_IXOTH
-            or (st.st_gid == gid and st.st_mode & stat.S_IXGRP)
-            or st.st_uid == uid
-        ):
-            return parent
-    return None
+def _closed(path: Path, uid: int, gid: int, wanted: int) -> bool:
+    """Whether the mode bits of `path` keep the account (uid, gid) from `wanted` (r=4, x=1)."""
+    st = path.stat()
+    if st.st_uid == uid:
+        return (st.st_mode >> 6) & wanted != wanted
+    if st.st_gid == gid:
+        return (st.st_mode >> 3) & wanted != wanted
+    return st.st_mode & wanted != wanted
 
 
-def _check_reachable(path: Path, uid: int, gid: int) -> None:
-    """Fail, naming the folder, when the ClickHouse account could not reach `path`."""
-    if (closed := _closed_parent(path, uid, gid)) is not None:
-        raise RuntimeError(
-            f"the ClickHouse account cannot reach {path}: {closed} is closed to it; move it "
-            "(for the state: JOBSCOPE_STATE_DIR) or set JOBSCOPE_CLICKHOUSE_ACCOUNT='' to run "
-            "the server as root"
-        )
+def _check_reachable(path: Path, uid: int, gid: int, listed: bool = False) -> None:
+    """Let the account reach `path` (and list it when `listed`: a folder Python imports
+    from): each folder above it closed to the account (a checkout made by `mktemp -d`, or
+    under /root) gets an ACL entry granting that account alone the right to pass through
+    (x; rx on a folder it must list); everyone else stays kept out."""
+    path = path.resolve()
+    grants = [(p, "x") for p in reversed(path.parents) if _closed(p, uid, gid, 1)]
+    if listed and _closed(path, uid, gid, 5):
+        grants.append((path, "rx"))
+    for closed, rights in grants:
+        try:
+            done = subprocess.run(
+                ["setfacl", "-m", f"u:{uid}:{rights}", str(closed)],
+                check=False,
+                capture_output=True,
+                text=True,
+            )
+        except FileNotFoundError:
+            done = None
+        if done is None or done.returncode != 0:
+            why = done.stderr.strip() if done else "setfacl is missing (Debian package acl)"
+            raise RuntimeError(
+                f"the ClickHouse account cannot reach {path}: {closed} is closed to it and "
+                f"cannot be opened to it alone ({why}); move it (for the state: "
+                "JOBSCOPE_STATE_DIR) or set JOBSCOPE_CLICKHOUSE_ACCOUNT='' to run the server as "
+                "root"
+            )
 
 
 def _server_command(account: tuple[int, int] | None) -> tuple[list[str], dict[str, str]]:
@@ -145,18 +161,21 @@ def _server_command(account: tuple[int, int] | None) -> tuple[list[str], dict[st
     home), with the system's Python of the same version and this venv's packages on its
     path (the venv and the repository must be readable by everyone, as they are by default)."""
     argv = ["-m", "clickhouse.server"]
-    if account is None or _closed_parent(Path(sys.executable), *account) is None:
+    if account is None:
+        return [sys.executable, *argv], {}
+    _check_reachable(REPO_ROOT, *account, listed=True)
+    if not any(_closed(p, *account, 1) for p in Path(sys.executable).resolve().parents):
         return [sys.executable, *argv], {}
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
     system = shutil.which(version, path=os.defpath + ":/usr/bin:/usr/local/bin")
-    if system is None or _closed_parent(Path(system), *account) is not None:
+    if system is None or any(_closed(p, *account, 1) for p in Path(system).resolve().parents):
         raise RuntimeError(
             f"the ClickHouse account cannot run {sys.executable} and finds no {version} of its "
             "own: install one, or set JOBSCOPE_CLICKHOUSE_ACCOUNT='' to run the server as root"
         )
     paths = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], str(REPO_ROOT)]
     for path in paths:
-        _check_reachable(Path(path), *account)
+        _check_reachable(Path(path), *account, listed=True)
     return [system, "-s", *argv], {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}
 
 
