@@ -113,7 +113,7 @@ def prepare_state_dir(settings: StackSettings) -> None:
         if mode & 0o077 and not stat.S_ISLNK(mode) and path != settings.log_dir:
             path.chmod(stat.S_IMODE(mode) & 0o700)  # left open by an older release
     if account:
-        _check_reachable(settings.state_dir, *account)
+        let_account_reach(settings.state_dir, *account)
 
 
 def _closed(path: Path, uid: int, gid: int, wanted: int) -> bool:
@@ -126,13 +126,18 @@ def _closed(path: Path, uid: int, gid: int, wanted: int) -> bool:
     return st.st_mode & wanted != wanted
 
 
-def _check_reachable(path: Path, uid: int, gid: int, listed: bool = False) -> None:
+def let_account_reach(path: Path, uid: int, gid: int, listed: bool = False) -> None:
     """Let the account reach `path` (and list it when `listed`: a folder Python imports
     from): each folder above it closed to the account (a checkout made by `mktemp -d`, or
     under /root) gets an ACL entry granting that account alone the right to pass through
     (x; rx on a folder it must list); everyone else stays kept out."""
     path = path.resolve()
-    grants = [(p, "x") for p in reversed(path.parents) if _closed(p, uid, gid, 1)]
+    # The checkout is listed by Python's imports whichever path brings it here: never x alone.
+    grants = [
+        (p, "rx" if p == REPO_ROOT else "x")
+        for p in reversed(path.parents)
+        if _closed(p, uid, gid, 1)
+    ]
     if listed and _closed(path, uid, gid, 5):
         grants.append((path, "rx"))
     for closed, rights in grants:
@@ -163,7 +168,7 @@ def _server_command(account: tuple[int, int] | None) -> tuple[list[str], dict[st
     argv = ["-m", "clickhouse.server"]
     if account is None:
         return [sys.executable, *argv], {}
-    _check_reachable(REPO_ROOT, *account, listed=True)
+    let_account_reach(REPO_ROOT, *account, listed=True)
     if not any(_closed(p, *account, 1) for p in Path(sys.executable).resolve().parents):
         return [sys.executable, *argv], {}
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
@@ -175,7 +180,7 @@ def _server_command(account: tuple[int, int] | None) -> tuple[list[str], dict[st
         )
     paths = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"], str(REPO_ROOT)]
     for path in paths:
-        _check_reachable(Path(path), *account, listed=True)
+        let_account_reach(Path(path), *account, listed=True)
     return [system, "-s", *argv], {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}
 
 

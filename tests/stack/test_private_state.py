@@ -179,3 +179,41 @@ def test_device_credentials_are_not_logged(clickhouse: StackSettings, tmp_path: 
     log = producers.log_file.read_text()
     assert f"url=snmp://***@127.0.0.1:{port}/" in log
     assert community not in log
+
+
+@root_only
+def test_a_private_checkout_is_opened_to_the_engine_account_alone(
+    clickhouse: StackSettings, tmp_path: Path
+) -> None:
+    """A checkout in a folder closed to others (`mktemp -d`, /root) is let through by an ACL
+    entry for the engine's account alone: it reads what it needs, `nobody` still cannot."""
+    account = services.clickhouse_account(clickhouse)
+    assert account is not None
+    closed = tmp_path / "private"
+    inner = closed / "inner"
+    inner.mkdir(parents=True)
+    closed.chmod(0o700)
+    (inner / "code.py").write_text("x = 1\n")
+    (inner / "code.py").chmod(0o644)
+
+    def cat_as(uid: int, gid: int) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [
+                "setpriv",
+                f"--reuid={uid}",
+                f"--regid={gid}",
+                "--clear-groups",
+                "cat",
+                str(inner / "code.py"),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+
+    assert cat_as(*account).returncode != 0  # closed before
+    services.let_account_reach(inner, *account, listed=True)
+    assert cat_as(*account).stdout == "x = 1\n"
+    nobody = pwd.getpwnam("nobody")
+    assert cat_as(nobody.pw_uid, nobody.pw_gid).returncode != 0
+    assert stat.S_IMODE(closed.stat().st_mode) & 0o007 == 0
