@@ -10,6 +10,7 @@ builds whole before the first byte goes out: it is always counted first, and ref
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import threading
@@ -188,7 +189,7 @@ class BodyGuard:
             try:
                 who = authenticate(state, _bearer(headers), _client(scope))
             except HTTPException as exc:
-                await _refuse(send, exc)
+                await _refuse(receive, send, exc)
                 return
             scope.setdefault("state", {})["principal"] = who
         limit = (
@@ -198,7 +199,7 @@ class BodyGuard:
         )
         length = headers.get(b"content-length", b"")
         if limit is not None and length and (not length.isdigit() or int(length) > limit):
-            await _refuse(send, BodyTooLarge(limit))
+            await _refuse(receive, send, BodyTooLarge(limit))
             return
         counted = _Counted(receive, limit)
         if length in (b"", b"0") and b"transfer-encoding" not in headers:
@@ -212,8 +213,29 @@ class BodyGuard:
         await self.app(scope, counted, closing_send)
 
 
-async def _refuse(send: Send, exc: HTTPException) -> None:
+LINGER_BYTES = 64 * 1024
+LINGER_S = 0.5
+
+
+async def _linger(receive: Receive) -> None:
+    """Read and drop what of the body has come already, at most LINGER_BYTES within LINGER_S
+    (each piece waited for 50 ms at most): a connection closed with bytes unread is reset, and
+    a reset can cut the answer under the client's feet. Never more: the body stays unread."""
+    loop = asyncio.get_running_loop()
+    deadline, dropped = loop.time() + LINGER_S, 0
+    while dropped < LINGER_BYTES and (left := deadline - loop.time()) > 0:
+        try:
+            message = await asyncio.wait_for(receive(), min(0.05, left))
+        except TimeoutError:
+            return
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            return
+        dropped += len(message.get("body", b""))
+
+
+async def _refuse(receive: Receive, send: Send, exc: HTTPException) -> None:
     """`exc` as the API's JSON error, closing the connection (the body stays unread)."""
+    await _linger(receive)
     body = json.dumps({"error": exc.detail}).encode()
     headers = [(k.lower().encode(), v.encode()) for k, v in (exc.headers or {}).items()]
     headers += [

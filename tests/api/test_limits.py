@@ -468,14 +468,15 @@ def test_an_oversize_body_of_an_authenticated_write_gets_413(
     streamed.settimeout(10)
     streamed.sendall(head + b"Transfer-Encoding: chunked\r\n\r\n")
     chunk = b" " * 262144
-    sent = 0
     with contextlib.suppress(ConnectionError):  # closed by the server once over the cap
-        for _ in range(16):  # 4 MiB at most
+        for _ in range(16):  # 4 MiB at most; no more once the answer is there
             streamed.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-            sent += len(chunk)
-    status, headers, body = _response_head(streamed)
+            if select.select([streamed], [], [], 0.05)[0]:
+                break
+    status, headers, _ = _response_head(streamed)
+    # The answer's body may be cut: the server closes with our bytes unread (TCP reset); the
+    # message itself is checked above, with Content-Length.
     assert status == 413 and headers["connection"] == "close", (status, headers)
-    assert b"JOBSCOPE_MAX_BODY_BYTES" in body
     assert _closed_soon(streamed)
     streamed.close()
     # the same body within the cap is read and judged on its content

@@ -8,6 +8,7 @@ are limited (429)."""
 
 from __future__ import annotations
 
+import itertools
 import time
 import uuid
 from collections.abc import Callable
@@ -41,6 +42,16 @@ def _reading(device: str, metric: str, value: Any = 1.0, **fields: Any) -> dict[
         "value": value,
         **fields,
     }
+
+
+_SEQ = itertools.count(1)
+
+
+def _distinct(device: str, metric: str, n: int) -> list[dict[str, Any]]:
+    """`n` readings of one series a millisecond apart, none sharing a timestamp with another
+    call's: copies of one reading would be one row once merged (ReplacingMergeTree)."""
+    now = time.time()
+    return [_reading(device, metric, timestamp=now - next(_SEQ) / 1000) for _ in range(n)]
 
 
 class Pushing:
@@ -449,20 +460,21 @@ def test_a_tokens_rate_is_limited(
     node = pushing.nodes[0]
     with limited_app(push_rate_readings_per_s=0.5, push_rate_burst=5, push_max_readings=5) as app:
         headers = _auth(pushing.pusher)
-        response = app.post("/api/metrics", json=[_reading(node, "rated")] * 5, headers=headers)
+        response = app.post("/api/metrics", json=_distinct(node, "rated", 5), headers=headers)
         assert response.status_code == 202, response.text
-        response = app.post("/api/metrics", json=[_reading(node, "rated")], headers=headers)
+        response = app.post("/api/metrics", json=_distinct(node, "rated", 1), headers=headers)
         assert response.status_code == 429, response.text
         assert "JOBSCOPE_PUSH_RATE_READINGS_PER_S" in response.json()["error"]
         assert 1 <= int(response.headers["Retry-After"]) <= 2
         other = create_token(pushing.secret, pushing.user, Role.PUSHER, timedelta(hours=1))
-        response = app.post("/api/metrics", json=[_reading(node, "rated")], headers=_auth(other))
+        response = app.post("/api/metrics", json=_distinct(node, "rated", 1), headers=_auth(other))
         assert response.status_code == 202, "each token has its own budget"
         response = app.post(
-            "/api/metrics", json=[_reading(node, "rated")] * 5, headers=_auth(pushing.admin)
+            "/api/metrics", json=_distinct(node, "rated", 5), headers=_auth(pushing.admin)
         )
         assert response.status_code == 202, "an admin is not limited"
     _wait_for(admin_client, node, "rated", 11)
+    assert len(_rows(admin_client, node, "rated")) == 11  # 5 + 1 + 5: not the refused one
 
 
 def test_a_tokens_new_series_are_limited(
