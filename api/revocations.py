@@ -22,7 +22,14 @@ import threading
 import time
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
 
 log = logging.getLogger("jobscope.api")
 _PURGE_EVERY_S = 60.0
@@ -106,7 +113,12 @@ class Revocations:
         """Every partition of the topic from its start (waiting for the topic to exist);
         the partitions not yet read to their end."""
         while not self._stop.is_set():
-            metadata = consumer.list_topics(self.topic, timeout=5).topics.get(self.topic)
+            try:
+                metadata = consumer.list_topics(self.topic, timeout=5).topics.get(self.topic)
+            except KafkaException as exc:  # Kafka down at start: retried, never given up
+                log.warning("token revocations: Kafka unreachable (%s), signed tokens refused", exc)
+                self._stop.wait(1.0)
+                continue
             if metadata is not None and metadata.error is None and metadata.partitions:
                 partitions = sorted(metadata.partitions)
                 consumer.assign(

@@ -4,6 +4,7 @@ authentications throttled per client address."""
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 import time
@@ -25,7 +26,7 @@ from jobscope.cli import cli
 from jobscope.client import token_id
 from stack import secrets, services
 from stack.config import REPO_ROOT, StackSettings
-from stack.processes import wait_until
+from stack.processes import free_port, wait_until
 
 from .test_limits import extra_api
 
@@ -288,3 +289,31 @@ def test_failed_logins_memory_is_bounded() -> None:
     logins.failed("10.0.39.15")  # the newest, remembered: one more failure blocks it
     assert logins.retry_after("10.0.39.15") > 0
     assert logins.retry_after("10.0.0.0") == 0  # forgotten
+
+
+def test_revocations_are_followed_once_kafka_answers(
+    clickhouse: StackSettings, token_secret: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An API started while Kafka is unreachable keeps trying to read the revocation list
+    (signed tokens are refused meanwhile): the thread that follows it never gives up."""
+    settings = ApiSettings(
+        clickhouse_port=clickhouse.clickhouse_port,
+        clickhouse_api_password=secrets.load_or_create(clickhouse.state_dir)[
+            "JOBSCOPE_CLICKHOUSE_API_PASSWORD"
+        ],
+        kafka_bootstrap=f"127.0.0.1:{free_port()}",  # nothing listens there
+        token_secret=token_secret,
+        revocations_load_timeout_s=0.5,
+    )
+    caplog.set_level(logging.WARNING, logger="jobscope.api")
+    with TestClient(create_app(settings)) as client:
+        revocations = client.app.state.revocations  # type: ignore[attr-defined]
+
+        def retried() -> bool:
+            return sum("Kafka unreachable" in r.getMessage() for r in caplog.records) >= 2
+
+        wait_until(retried, 30, "two attempts to read the revocation list")
+        assert revocations._thread.is_alive()
+        pusher = create_token(token_secret, "alice", Role.PUSHER, timedelta(hours=1))
+        refused = client.post("/api/metrics", json=[], headers=_auth(pusher))
+        assert refused.status_code == 503, refused.text
