@@ -149,7 +149,8 @@ class ApiSettings(KafkaClientSettings):
     columnar_max_readings: int = Field(
         20_000_000,
         gt=0,
-        description="a Parquet or Arrow answer (built whole by the engine) of more readings: 400",
+        description="a Parquet or Arrow answer (built whole by the engine) over more than "
+        "json_max_span_s is counted first, and refused past this many readings (400)",
     )
     max_exports: int = Field(8, gt=0, description="readings answers streaming at once")
     export_queue: int = Field(

@@ -2,11 +2,12 @@
 of its body), on how many readings answers stream at once and on failed authentications,
 each refusal naming the setting behind it.
 
-A JSON answer is one array the client must hold whole: one spanning more than
-`json_max_span_s` is counted first, stopping at `json_max_readings`, and refused (400,
-pointing to the streamed formats) past it. A Parquet or Arrow answer is one file the engine
-builds whole before the first byte goes out: it is always counted first, and refused past
-`columnar_max_readings`. NDJSON and CSV are streamed as they are read."""
+A JSON answer is one array the client must hold whole, a Parquet or Arrow answer one file
+the engine builds whole before the first byte goes out: one spanning more than
+`json_max_span_s` is counted first, stopping at `json_max_readings` (JSON) or
+`columnar_max_readings` (Parquet, Arrow), and refused (400, pointing to the streamed
+formats) past it; a shorter one is bounded by the memory limit of the API's ClickHouse user.
+NDJSON and CSV are streamed as they are read."""
 
 from __future__ import annotations
 
@@ -38,12 +39,11 @@ def check_count(parameter: str, names: Sized, limit: int, setting: str, hint: st
         )
 
 
-def json_span_over(
-    fmt: str, start: datetime, end: datetime, step_s: int | None, limit_s: int
-) -> bool:
-    """Whether a JSON answer spans more than `limit_s` of raw readings, or more than `limit_s`
-    buckets per series with a step (then its readings are counted before it is sent)."""
-    if fmt != "json":
+def span_over(fmt: str, start: datetime, end: datetime, step_s: int | None, limit_s: int) -> bool:
+    """Whether an answer held whole (JSON by the client, Parquet or Arrow by the engine)
+    spans more than `limit_s` of raw readings, or more than `limit_s` buckets per series with
+    a step: then its readings are counted before it is run."""
+    if fmt != "json" and fmt not in BUILT_WHOLE:
         return False
     span_s = (end - start).total_seconds()
     return span_s > limit_s if step_s is None else span_s / step_s > limit_s

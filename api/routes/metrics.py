@@ -184,14 +184,15 @@ def respond(
             if query.as_rate:
                 rows = as_rate(rows)
         span = selection.start, selection.end
-        if limits.json_span_over(query.fmt.name, *span, query.step_s, settings.json_max_span_s):
-            most = settings.json_max_readings
+        if limits.span_over(query.fmt.name, *span, query.step_s, settings.json_max_span_s):
+            json = query.fmt.name == "json"
+            most = settings.json_max_readings if json else settings.columnar_max_readings
             if _holds_more(clickhouse, rows, params, most):
-                raise limits.json_refused(settings.json_max_span_s, most)
-        if query.fmt.name in limits.BUILT_WHOLE:
-            most = settings.columnar_max_readings
-            if _holds_more(clickhouse, rows, params, most):
-                raise limits.columnar_refused(query.fmt.name, most)
+                raise (
+                    limits.json_refused(settings.json_max_span_s, most)
+                    if json
+                    else limits.columnar_refused(query.fmt.name, most)
+                )
     except BaseException:
         release()
         raise

@@ -161,7 +161,7 @@ def test_a_large_json_answer_is_refused_pointing_to_the_streamed_formats(
     assert body["parameter"] == "format"
     assert "format=ndjson or csv" in body["error"]
     assert "JOBSCOPE_JSON_MAX_READINGS" in body["error"]
-    for columnar in ("parquet", "arrow"):  # built whole by the engine: always counted
+    for columnar in ("parquet", "arrow"):  # built whole by the engine: counted the same way
         built = get(format=columnar)
         assert built.status_code == 400 and built.json()["parameter"] == "format", built.text
         assert "JOBSCOPE_COLUMNAR_MAX_READINGS" in built.json()["error"]
