@@ -393,7 +393,8 @@ def test_request_head_and_body_have_deadlines(limited_api: str, api_tokens: dict
 
 
 def _response_head(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
-    """The status, headers and the start of the body of the response read from `sock`."""
+    """The status, headers and the body of the response read from `sock`: whole when it has
+    a Content-Length (the body may come in a later segment than the head), else its start."""
     data = b""
     while b"\r\n\r\n" not in data:
         chunk = sock.recv(65536)
@@ -402,6 +403,12 @@ def _response_head(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
     head, _, rest = data.partition(b"\r\n\r\n")
     status_line, *lines = head.decode("latin-1").split("\r\n")
     headers = {k.strip().lower(): v.strip() for k, _, v in (x.partition(":") for x in lines)}
+    with contextlib.suppress(ConnectionError):
+        while len(rest) < int(headers.get("content-length", 0)):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            rest += chunk
     return int(status_line.split()[1]), headers, rest
 
 
