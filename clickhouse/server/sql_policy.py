@@ -43,9 +43,6 @@ _COMBINATORS = (
 _SYNTAX = frozenset({"lambda"})
 # Parents under which a Function node is a table function.
 _TABLE_POSITIONS = frozenset({"TableExpression", "InsertQuery"})
-# `Function <name>` up to its alias or children count (a real function name has no " (").
-_NODE = re.compile(r"^( *)(\S+)(?: (.*?))?(?: \(alias .*?\))?(?: \(children \d+\))?$")
-_CHILDREN = re.compile(r" \(children (\d+)\)$")
 # Profile limits a client may lower (never raise, never to 0 = unlimited).
 LOWERABLE = frozenset({"max_execution_time", "max_memory_usage", "max_rows_to_read", "max_threads"})
 
@@ -102,22 +99,42 @@ class Call:
     """In a table position (FROM, JOIN, INSERT INTO FUNCTION): a table function."""
 
 
+@dataclass(frozen=True)
+class _Node:
+    depth: int
+    kind: str
+    detail: str
+    children: int
+
+
+def _node(line: str) -> _Node:
+    """A dump line `<indent><Kind> <detail> [(alias a)] [(children N)]`, read with string
+    operations only: the detail holds the user's literals and aliases, and no regex with
+    backtracking may run over them."""
+    stripped = line.lstrip(" ")
+    kind, _, detail = stripped.partition(" ")
+    _, marker, tail = line.rpartition(" (children ")
+    declared = tail[:-1] if marker and tail.endswith(")") else ""
+    return _Node(
+        len(line) - len(stripped), kind, detail, int(declared) if declared.isdigit() else 0
+    )
+
+
 def calls(tree: str) -> list[Call]:
     """The functions and table functions named in an `EXPLAIN AST` dump.
 
     Each line is a node, indented one space per level under its parent."""
     found: list[Call] = []
     parents: list[str] = []
-    for line in tree.splitlines():
-        match = _NODE.match(line)
-        if match is None or not line.strip():
+    for node in map(_node, tree.splitlines()):
+        if not node.kind:
             continue
-        depth, kind, detail = len(match.group(1)), match.group(2), match.group(3) or ""
-        del parents[depth:]
-        if kind == "Function":
+        del parents[node.depth :]
+        if node.kind == "Function":
             table = bool(parents) and parents[-1] in _TABLE_POSITIONS
-            found.append(Call(detail.split(" (", 1)[0], table))
-        parents.append(kind)
+            # the name ends at its alias or children count: a real function name has no " ("
+            found.append(Call(node.detail.split(" (", 1)[0], table))
+        parents.append(node.kind)
     return found
 
 
@@ -125,22 +142,19 @@ def check_dump(tree: str) -> None:
     """Refuse a parse tree dump that is not whole: one root with children, each node a line
     `<Type> ...` with as many lines one level deeper as it declares children. A dump in
     another output format than asked (a FORMAT clause left in the statement) fails here."""
-    lines = tree.splitlines()
+    nodes = [_node(line) for line in tree.splitlines()]
     open_nodes: list[list[int]] = []  # [depth, declared children, children seen] of the path
-    for n, line in enumerate(lines):
-        match = _NODE.match(line)
-        if match is None or not match.group(2)[:1].isupper():
+    for n, node in enumerate(nodes):
+        if not node.kind[:1].isupper():
             raise _unreadable(tree)
-        depth = len(match.group(1))
-        children = _CHILDREN.search(line)
-        while open_nodes and open_nodes[-1][0] >= depth:
+        while open_nodes and open_nodes[-1][0] >= node.depth:
             _close(open_nodes.pop(), tree)
-        if (n == 0) != (depth == 0) or (open_nodes and open_nodes[-1][0] != depth - 1):
+        if (n == 0) != (node.depth == 0) or (open_nodes and open_nodes[-1][0] != node.depth - 1):
             raise _unreadable(tree)
         if open_nodes:
             open_nodes[-1][2] += 1
-        open_nodes.append([depth, int(children.group(1)) if children else 0, 0])
-    if not lines or not _CHILDREN.search(lines[0]):
+        open_nodes.append([node.depth, node.children, 0])
+    if not nodes or not nodes[0].children:
         raise _unreadable(tree)
     while open_nodes:
         _close(open_nodes.pop(), tree)

@@ -21,9 +21,6 @@ class User:
     profile: str | None = None
     """The settings profile of its engine connections (Engine.profiles): set on the connection
     with `readonly=1` last, so nothing the user sends can lift it. None: the read-write user."""
-    sql_user: bool = False
-    """A user handed to people and tools (reader, superset): limited, and kept to the engine
-    connections SQL users share, so the API and ingestion always find one free."""
     max_concurrent_queries: int = 0
     """Its queries running at once; one more is refused (code 202). 0: no limit."""
 
@@ -73,7 +70,6 @@ def users_from_settings(settings: ServerSettings) -> dict[str, User]:
             password.get_secret_value(),
             readonly=True,
             profile=SQL_PROFILE,
-            sql_user=True,
             max_concurrent_queries=settings.sql_max_concurrent_queries_per_user,
         )
 

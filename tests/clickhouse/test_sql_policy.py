@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -163,6 +164,21 @@ def test_settings_cannot_be_lifted(users: dict[str, httpx.Client], user: str) ->
         content="SELECT number FROM numbers(10) FORMAT TSV",
     )
     assert allowed.status_code == 200, allowed.text
+
+
+def test_a_literal_shaped_like_the_parse_tree_is_checked_in_linear_time(
+    users: dict[str, httpx.Client],
+) -> None:
+    """The parse tree dump holds the user's literals: one repeating the dump's own markers
+    (` (alias x)`, ` (children 1)`) is read in linear time (a backtracking regex took 29 s on
+    200 KB), and a statement hiding file() behind it is still refused."""
+    bait = " (alias x) (children 1)" * 10_000  # 230 KB, under the engine's max_query_size
+    started = time.monotonic()
+    answer = users["reader"].post("/", content=f"SELECT length('{bait}')")
+    assert answer.status_code == 200 and answer.text == f"{len(bait)}\n", answer.text[:200]
+    refused = users["reader"].post("/", content=f"SELECT '{bait}' AS b, file('/etc/hostname')")
+    assert _code(refused) == 497, refused.text[:200]
+    assert time.monotonic() - started < 3  # the old regex: about 7 s a statement
 
 
 def test_the_api_user_has_a_profile(users: dict[str, httpx.Client]) -> None:
