@@ -9,6 +9,8 @@ BENCH_STAMP := $(VENV)/.bench-installed-$(shell sha256sum bench/requirements.txt
 SUPERSET_VENV := .venv-superset
 SUPERSET_STAMP := $(SUPERSET_VENV)/.installed-$(shell sha256sum superset/requirements.txt | cut -c1-12)
 PYTEST_ARGS ?=
+# `make test`'s pytest-xdist workers, each with a test stack of its own (tests/scheduling.py).
+TEST_WORKERS ?= 4
 QUICK ?=
 ONLY ?=
 # `make up DEVICES=sample`: the SNMP and IPMI samples against simulated devices it starts;
@@ -48,8 +50,10 @@ $(STAMP): requirements.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
 	  { echo "Python >= 3.11 is required"; exit 1; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
-	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e .
+	$(PY) -m pip install -q --disable-pip-version-check --no-compile -r requirements.txt
+	$(PY) -m pip install -q --disable-pip-version-check --no-compile --no-deps -e .
+	@# byte-code on every core (pip compiles on one): the engine's account cannot write it later
+	@$(PY) -m compileall -q -j 0 $(VENV)/lib > /dev/null
 	@rm -f $(VENV)/.installed-* && touch $@
 
 venv: $(STAMP)
@@ -63,8 +67,10 @@ down:
 status: venv
 	$(DEVICES_ENV) $(PY) -m stack status
 
-test: system-deps venv superset-venv helm-tools
-	$(PY) -m pytest $(PYTEST_ARGS)
+# The three installs run side by side (each waits mostly on one core or on the network).
+test: system-deps
+	@$(MAKE) --no-print-directory -j 3 -O venv superset-venv helm-tools
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
 
 # Kafka Connect beside the stack `make up` started (a local OAR database unless
 # JOBSCOPE_CONNECT_LOCAL_OAR_DB=false), its connectors (connectors/*.json) registered;
@@ -100,7 +106,9 @@ bench: system-deps venv $(BENCH_STAMP)
 
 $(SUPERSET_STAMP): superset/requirements.txt
 	@test -x $(SUPERSET_VENV)/bin/python || $(PYTHON) -m venv $(SUPERSET_VENV)
-	$(SUPERSET_VENV)/bin/python -m pip install -q --disable-pip-version-check -r superset/requirements.txt
+	@# no byte-code now: Superset's processes write what they import (most of it they never do)
+	$(SUPERSET_VENV)/bin/python -m pip install -q --disable-pip-version-check --no-compile \
+	  -r superset/requirements.txt
 	@rm -f $(SUPERSET_VENV)/.installed-* && touch $@
 
 superset-venv: $(SUPERSET_STAMP)

@@ -29,7 +29,7 @@ from connectors.worker import CONNECTORS_DIR, JAR_CACHE, LOG4J_CONFIG, escape_pr
 from kafka.security import KafkaClientSettings
 from stack import secrets
 from stack.config import REPO_ROOT
-from stack.processes import ManagedProcess, wait_until
+from stack.processes import KAFKA_STARTING, ManagedProcess, wait_until
 from stack.topics import JOBS, OAR_CHANGES, READINGS
 
 MAIN = "org.apache.kafka.connect.mirror.MirrorMaker"
@@ -228,10 +228,11 @@ class MirrorMaker:
         if not proc.is_running():
             proc.start(self.command())
         wait_until(
-            lambda: (self.copies_exist() and self.copying()) or not proc.is_running(),
+            lambda: not proc.is_running() or (self.copies_exist() and self.copying()),
             timeout,
             f"MirrorMaker copying into {', '.join(self.settings.mirrored())}",
             0.5,
+            transient=KAFKA_STARTING,
         )
         if not proc.is_running():
             raise RuntimeError(f"MirrorMaker exited: see {proc.log_file}")

@@ -131,9 +131,10 @@ class OarDatabase:
         )
         proc = self.process()
         wait_until(
-            lambda: self._accepts() or not proc.is_running(),
+            lambda: not proc.is_running() or self._accepts(),
             60,
             f"PostgreSQL on 127.0.0.1:{self.port}",
+            transient=(psycopg.OperationalError,),  # refused, or "the database system is starting"
         )
         if not proc.is_running():
             raise RuntimeError(f"PostgreSQL exited: see {proc.log_file}")

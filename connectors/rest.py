@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from stack.processes import wait_until
+from stack.processes import STARTING, wait_until
 
 PLACEHOLDER = re.compile(r"\$\{([A-Z0-9_]+)\}")
 
@@ -73,4 +73,12 @@ def is_running(url: str, name: str) -> bool:
 
 
 def wait_running(url: str, name: str, timeout: float = 60.0) -> None:
-    wait_until(lambda: is_running(url, name), timeout, f"connector {name} to run", 0.5)
+    # A connector just created may answer 404 until the worker has assigned it (or 409 during a
+    # rebalance): an HTTP error is retried as well as a refused connection.
+    wait_until(
+        lambda: is_running(url, name),
+        timeout,
+        f"connector {name} to run",
+        0.5,
+        transient=(*STARTING, httpx.HTTPStatusError),
+    )

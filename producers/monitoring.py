@@ -79,7 +79,9 @@ class Monitor:
         self._errors = counter("poll_errors", "polls that failed")
         self._timeouts = counter("poll_timeouts", "polls cancelled at their deadline")
         self._readings = counter("readings", "readings published")
-        self._missed = counter("missed_ticks", "ticks skipped because a tick overran")
+        self._missed = counter(
+            "missed_ticks", "ticks not polled (an overrun, or too late to start within the period)"
+        )
         self._lateness = Histogram(
             _PREFIX + "tick_lateness_seconds",
             "how long after its tick a poll started",

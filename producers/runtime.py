@@ -271,30 +271,37 @@ class Runtime:
                     tick = next_tick_us(now_us(), period)
                     continue
                 await asyncio.sleep(delay / 1e6)
+            timestamp = now_us()
+            if (behind := timestamp - tick) >= period:  # woke too late to poll it in its period
+                why = f"woke {behind // 1000} ms after its tick, past its period"
+                tick = self._skip(loop, tick, behind // period, why)
             loop.in_tick = True
             try:
-                await self._tick(loop, tick, period)
+                await self._tick(loop, tick, period, timestamp)
             except Exception:  # a bug must not end this device's polling for good
                 log.exception("tick failed: %s", group.name)
             finally:
                 loop.in_tick = False
             following = tick + period
             if (behind := now_us() - following) >= 0:
-                missed = behind // period + 1
-                self.counters.missed_ticks += missed
-                for probe in loop.probes.values():
-                    probe.missed_ticks.inc(missed)
-                log.warning(
-                    "%s: tick took longer than its %d ms period: %d tick(s) skipped",
-                    group.name,
-                    group.update_every_ms,
-                    missed,
-                )
-                following += missed * period
+                why = f"tick took longer than its {group.update_every_ms} ms period"
+                following = self._skip(loop, following, behind // period + 1, why)
             tick = following
 
-    async def _tick(self, loop: _Loop, tick: int, period: int) -> None:
-        timestamp = now_us()
+    def _skip(self, loop: _Loop, first: int, missed: int, why: str) -> int:
+        """Count and log `missed` ticks from `first` as not polled; the tick to poll next.
+
+        The log line names the ticks, so that a test can tell a reported skip from a lost
+        tick: with it, every tick either has readings stamped within its period or is
+        reported here."""
+        self.counters.missed_ticks += missed
+        for probe in loop.probes.values():
+            probe.missed_ticks.inc(missed)
+        log.warning("%s: %s: %d tick(s) skipped from %d us", loop.group.name, why, missed, first)
+        return first + missed * loop.group.update_every_ms * 1000
+
+    async def _tick(self, loop: _Loop, tick: int, period: int, timestamp: int) -> None:
+        """Poll and publish tick `tick`, its readings stamped `timestamp` (within its period)."""
         self.counters.lateness_us.append(timestamp - tick)
         next(iter(loop.probes.values())).lateness.observe((timestamp - tick) / 1e6)
         deadline = tick + int(period * self.settings.poll_timeout_ratio)

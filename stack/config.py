@@ -36,6 +36,13 @@ class StackSettings(BaseSettings):
         description="KRaft nodes (broker and controller each) on consecutive port pairs from "
         "kafka_port / kafka_controller_port; 3: topics replicated 3 times, 2 in sync",
     )
+    kafka_broker_session_timeout_ms: int = Field(
+        9000,
+        ge=1000,
+        description="a node that stops heartbeating (killed, frozen) is fenced after this and "
+        "its partitions get new leaders (Kafka's default); nodes heartbeat every quarter of "
+        "it, at most every 2 s",
+    )
     kafka_sasl: bool | None = Field(
         None,
         description="brokers that authenticate every client (SCRAM-SHA-512, a user per "
@@ -87,6 +94,11 @@ class StackSettings(BaseSettings):
         """The broker and controller ports of KRaft node `node_id` (1..kafka_brokers)."""
         shift = 2 * (node_id - 1)
         return self.kafka_port + shift, self.kafka_controller_port + shift
+
+    @property
+    def kafka_broker_heartbeat_interval_ms(self) -> int:
+        """Kafka's default (2 s) for the default session, a quarter of a shorter one."""
+        return min(2000, self.kafka_broker_session_timeout_ms // 4)
 
     @property
     def kafka_replication_factor(self) -> int:

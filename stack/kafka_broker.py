@@ -34,7 +34,7 @@ from confluent_kafka.admin import (
 from kafka.security import KafkaClientSettings, scram_jaas
 from stack import secrets
 from stack.config import REPO_ROOT, StackSettings
-from stack.processes import ManagedProcess, wait_until
+from stack.processes import KAFKA_STARTING, ManagedProcess, wait_until
 
 KAFKA_DIR = REPO_ROOT / "kafka"
 # The SCRAM users of a SASL stack and the secrets.env variable of each one's password.
@@ -156,6 +156,8 @@ def render_config(settings: StackSettings, node_id: int = 1) -> Path:
         "CONTROLLERS": ",".join(f"{settings.host}:{n.controller_port}" for n in nodes(settings)),
         "REPLICATION_FACTOR": str(settings.kafka_replication_factor),
         "MIN_INSYNC_REPLICAS": str(settings.kafka_min_insync_replicas),
+        "BROKER_SESSION_TIMEOUT_MS": str(settings.kafka_broker_session_timeout_ms),
+        "BROKER_HEARTBEAT_INTERVAL_MS": str(settings.kafka_broker_heartbeat_interval_ms),
         "LOG_DIRS": str(this.state / "data"),
         "PROTOCOL": "SASL_PLAINTEXT" if sasl(settings) else "PLAINTEXT",
         "SECURITY": _security_section(settings),
@@ -317,7 +319,12 @@ def start(settings: StackSettings, timeout: float = 90.0) -> None:
                 _java(settings, settings.kafka_heap, "kafka.Kafka", str(config)),
                 ports=[(settings.host, this.port), (settings.host, this.controller_port)],
             )
-    wait_until(lambda: is_ready(settings), timeout, f"Kafka on {settings.kafka_bootstrap}")
+    wait_until(
+        lambda: is_ready(settings),
+        timeout,
+        f"Kafka on {settings.kafka_bootstrap}",
+        transient=KAFKA_STARTING,
+    )
     _mode_file(settings).write_text("sasl\n" if sasl(settings) else "plaintext\n")
     if sasl(settings):
         upsert_scram_users(settings)

@@ -13,22 +13,67 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TypeVar
+
+import httpx
+from clickhouse_connect.driver.exceptions import OperationalError
+from confluent_kafka import KafkaException
 
 from stack import secrets
 
+T = TypeVar("T")
 
-def wait_until(check: Callable[[], bool], timeout: float, what: str, interval: float = 0.2) -> None:
-    """Poll `check` until it returns True; raise TimeoutError naming `what` otherwise."""
+# Errors of a server that is still starting (or restarting): they are retried by the checks
+# that declare them; any other exception a check raises fails the wait at once.
+STARTING: tuple[type[Exception], ...] = (OSError, httpx.TransportError)
+"""A TCP or HTTP server still starting: refused, reset or timed-out connections (urllib's and
+requests' errors are OSErrors; httpx's are its TransportError)."""
+KAFKA_STARTING: tuple[type[Exception], ...] = (*STARTING, KafkaException)
+"""A Kafka broker (or its group coordinator) still starting, as well as `STARTING`."""
+CLICKHOUSE_STARTING: tuple[type[Exception], ...] = (*STARTING, OperationalError)
+"""ClickHouse's HTTP interface not answering yet (clickhouse_connect's OperationalError)."""
+
+_REPR_MAX = 300
+
+
+def wait_until(
+    check: Callable[[], T],
+    timeout: float,
+    what: str,
+    interval: float = 0.2,
+    transient: tuple[type[Exception], ...] = (),
+) -> T:
+    """Poll `check` every `interval` s until it returns a truthy value, and return that value.
+
+    An AssertionError, or any exception not in `transient`, raised by `check` fails at once:
+    a check that is wrong now will not become right by waiting. A `transient` one is retried.
+    After `timeout` s, TimeoutError names `what` and the last value `check` returned, chained
+    to the last transient exception it raised."""
     deadline = time.monotonic() + timeout
+    last: str = "none (every call raised)"
+    last_exc: Exception | None = None
     while True:
         try:
-            if check():
-                return
-        except Exception:  # a component that is still starting may refuse connections
-            pass
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)
+            value = check()
+        except AssertionError:
+            raise
+        except transient as exc:
+            last_exc = exc
+        else:
+            if value:
+                return value
+            last = _short_repr(value)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(
+                f"timed out after {timeout:g} s waiting for {what}; last value: {last}"
+            ) from last_exc
+        time.sleep(min(interval, left))
+
+
+def _short_repr(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= _REPR_MAX else f"{text[:_REPR_MAX]}... ({len(text)} chars)"
 
 
 def free_port(kind: int = socket.SOCK_STREAM) -> int:

@@ -20,7 +20,7 @@ from clickhouse_connect.driver.client import Client
 from clickhouse.migrate import MigrationSettings, apply_migrations, connect
 from stack import kafka_broker, secrets, topics
 from stack.config import REPO_ROOT, StackSettings
-from stack.processes import ManagedProcess, free_port, wait_until
+from stack.processes import KAFKA_STARTING, STARTING, ManagedProcess, free_port, wait_until
 
 log = logging.getLogger("jobscope.stack")
 
@@ -298,6 +298,7 @@ def start_clickhouse(settings: StackSettings, timeout: float = 60.0) -> None:
         lambda: _http_ok(f"{settings.clickhouse_url}/ping"),
         timeout,
         f"ClickHouse on {settings.clickhouse_url}",
+        transient=STARTING,
     )
     apply_schema(settings)
 
@@ -362,7 +363,10 @@ def start_api(settings: StackSettings, timeout: float = 60.0) -> None:
         ports=[(settings.host, settings.api_port)],
     )
     wait_until(
-        lambda: _http_ok(f"{settings.api_url}/health"), timeout, f"the API on {settings.api_url}"
+        lambda: _http_ok(f"{settings.api_url}/health"),
+        timeout,
+        f"the API on {settings.api_url}",
+        transient=STARTING,
     )
 
 
@@ -407,7 +411,9 @@ def _drain_readings(settings: StackSettings, timeout: float) -> None:
         return lag == 0
 
     try:
-        wait_until(consumed, timeout, "ClickHouse to consume the readings topic")
+        wait_until(
+            consumed, timeout, "ClickHouse to consume the readings topic", transient=KAFKA_STARTING
+        )
     except TimeoutError:
         log.warning(
             "stopping with readings not yet consumed after %.0f s: they stay in Kafka and are "

@@ -25,7 +25,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from stack import secrets
 from stack.config import REPO_ROOT, StackSettings
-from stack.processes import ManagedProcess, wait_until
+from stack.processes import STARTING, ManagedProcess, wait_until
 
 SUPERSET_DIR = REPO_ROOT / "superset"
 BUNDLE_DIR = SUPERSET_DIR / "bundle"
@@ -236,10 +236,11 @@ def serve(stack: StackSettings, settings: SupersetSettings, timeout: float = 120
         ports=[(settings.host, settings.port)],
     )
     wait_until(
-        lambda: _healthy(settings.url) or not proc.is_running(),
+        lambda: not proc.is_running() or _healthy(settings.url),
         timeout,
         f"Superset on {settings.url}",
         0.5,
+        transient=STARTING,
     )
     if not proc.is_running():
         raise RuntimeError(f"Superset did not start: see {proc.log_file}")

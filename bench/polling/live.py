@@ -377,8 +377,8 @@ def _per_client(phases: dict[str, Any], phase: str) -> float:
 
 
 def measure(state_dir: Path, quick: bool) -> dict[str, Any]:
-    from bench.systems.base import wait_for
     from stack import services
+    from stack.processes import wait_until
 
     started = time.monotonic()
     prefix = f"lv{uuid.uuid4().hex[:6]}"
@@ -388,7 +388,7 @@ def measure(state_dir: Path, quick: bool) -> dict[str, Any]:
             raise RuntimeError("the API is not running")
         log.info("live: stack up after %.1f s", time.monotonic() - started)
         reader = services.clickhouse_client(settings, "reader")
-        wait_for(
+        wait_until(
             lambda: (
                 reader.command(
                     "SELECT count() FROM metrics WHERE startsWith(device_id, {p:String})",

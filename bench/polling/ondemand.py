@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 
 from bench.polling.producer import whole_stack
-from bench.systems.base import wait_for
+from stack.processes import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 NODES = 200
@@ -67,7 +67,7 @@ def measure(state_dir: Path, quick: bool) -> dict[str, Any]:
                 parameters={"p": prefix, "m": metric, "s": since_us},
             )
 
-        wait_for(lambda: stored("od_base", 0) > 0, TIMEOUT_S, "the first readings")
+        wait_until(lambda: stored("od_base", 0) > 0, TIMEOUT_S, "the first readings")
         seconds = []
         for _ in range(TRIALS[quick]):
             began = time.time()
@@ -77,7 +77,7 @@ def measure(state_dir: Path, quick: bool) -> dict[str, Any]:
                 headers=headers,
                 timeout=30,
             ).raise_for_status()
-            wait_for(
+            wait_until(
                 lambda b=began: stored("od_extra%", int(b * 1e6)) > 0,
                 TIMEOUT_S,
                 "the first activated reading",
@@ -88,7 +88,7 @@ def measure(state_dir: Path, quick: bool) -> dict[str, Any]:
                 f"{api}/api/jobs/{job_id}/on-demand", headers=headers, timeout=30
             ).raise_for_status()
             off = time.time()
-            wait_for(
+            wait_until(
                 lambda o=off: (
                     stored("od_extra%", int((time.time() - 2) * 1e6)) == 0 and time.time() - o > 2
                 ),

@@ -9,10 +9,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from bench.systems.base import wait_for
 from stack import services
 from stack.config import REPO_ROOT, StackSettings
-from stack.processes import ManagedProcess
+from stack.processes import ManagedProcess, wait_until
 
 
 def tail(path: Path, lines: int = 30) -> str:
@@ -56,7 +55,7 @@ def start_producer(
         env={**services.component_env(settings), **env},
         cwd=REPO_ROOT,
     )
-    wait_for(lambda: ready() or not proc.is_running(), timeout_s, what)
+    wait_until(lambda: ready() or not proc.is_running(), timeout_s, what)
     if not proc.is_running():
         raise RuntimeError("producer exited:\n" + tail(proc.log_file))
     return proc

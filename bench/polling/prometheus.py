@@ -45,9 +45,9 @@ from typing import Any
 from bench.polling.cpu import cpu_seconds
 from bench.polling.producer import start_producer, tail
 from bench.polling.topic import ReadingsCounter
-from bench.systems.base import dpkg_version, wait_for
+from bench.systems.base import dpkg_version
 from stack.config import REPO_ROOT
-from stack.processes import free_port, stop_child
+from stack.processes import STARTING, free_port, stop_child, wait_until
 from stack.simulators.node_exporter import NodeExporter
 
 log = logging.getLogger("bench.prometheus")
@@ -175,10 +175,11 @@ def target_server(workdir: Path, text: str, ports: list[int]) -> Iterator[subpro
         )
     try:
         for port in (ports[0], ports[-1]):
-            wait_for(
+            wait_until(
                 lambda port=port: _answers(f"http://127.0.0.1:{port}/metrics", proc, log_file),
                 30,
                 f"the target server on port {port}",
+                transient=STARTING,
             )
         yield proc
     finally:
@@ -229,7 +230,7 @@ def start_prometheus(workdir: Path, ports: list[int]) -> tuple[subprocess.Popen[
         return prometheus_counters(web_port)[1] > 0
 
     try:
-        wait_for(ready, START_TIMEOUT_S, "Prometheus's first scrapes")
+        wait_until(ready, START_TIMEOUT_S, "Prometheus's first scrapes", transient=STARTING)
     except BaseException:
         stop_child(proc)
         raise

@@ -49,8 +49,8 @@ from bench.polling.cpu import Window
 from bench.polling.kwollect import KWOLLECT_TABLES, kwollect_venv
 from bench.polling.producer import start_producer, tail
 from bench.polling.topic import ReadingsCounter
-from bench.systems.base import dpkg_version, wait_for
-from stack.processes import free_port, stop_child
+from bench.systems.base import dpkg_version
+from stack.processes import STARTING, free_port, stop_child, wait_until
 from stack.simulators.snmpd import Snmpd
 
 log = logging.getLogger("bench.snmp")
@@ -352,9 +352,11 @@ def _exporter(
             with urllib.request.urlopen(url, timeout=5) as response:
                 return response.status == 200 and b"sys_uptime" in response.read()
 
-        wait_for(answers, 30, "snmp_exporter")
+        wait_until(answers, 30, "snmp_exporter", transient=STARTING)
         scraper.start()
-        wait_for(lambda: len(scraper.scrapes) >= len(devices), START_TIMEOUT_S, "the first scrapes")
+        wait_until(
+            lambda: len(scraper.scrapes) >= len(devices), START_TIMEOUT_S, "the first scrapes"
+        )
         time.sleep(WARMUP_S[quick])
         window = Window(proc.pid, [], [a.pid or 0 for a in agents])
         window.run(MEASURE_S[quick])
@@ -416,7 +418,7 @@ def _kwollector(
                 row = conn.execute(f"SELECT count(*) FROM metrics {where}", args).fetchone()
             return int(row[0]) if row else 0
 
-        wait_for(
+        wait_until(
             lambda: proc.poll() is not None or rows() > 0,
             START_TIMEOUT_S,
             "kwollector's first rows",
@@ -433,7 +435,7 @@ def _kwollector(
 
         t0, t1 = (datetime.fromtimestamp(t, UTC) for t in (window.t0, window.t1))
         # rows reach PostgreSQL up to a second after their poll (SQL workers every second)
-        wait_for(
+        wait_until(
             lambda: rows("WHERE timestamp >= %s", t1) > 0, 60, "kwollector's rows after the window"
         )
         time.sleep(2.0)

@@ -41,10 +41,9 @@ from bench.polling.cpu import Window
 from bench.polling.kwollect import KWOLLECT_TABLES, kwollect_venv
 from bench.polling.producer import start_producer, tail
 from bench.polling.topic import TopicFollower
-from bench.systems.base import wait_for
 from bench.systems.postgres import Postgres
 from stack.config import REPO_ROOT
-from stack.processes import free_port, stop_child
+from stack.processes import free_port, stop_child, wait_until
 from stack.simulators.wattmetre import FRAME_PERIOD_S, MeterSpec, Wattmetres
 
 log = logging.getLogger("bench.wattmeter")
@@ -290,7 +289,7 @@ def _kwollector(side: KwollectSide, work: Path, quick: bool) -> dict[str, Any]:
             return any(kwollector.poll() is not None for _, kwollector in running)
 
         full_second = FULL_MODE_READINGS * len(specs) * CHANNELS
-        wait_for(
+        wait_until(
             lambda: exited() or rows() >= full_second,
             START_TIMEOUT_S,
             "every frame from kwollector-wattmetre",
@@ -307,7 +306,7 @@ def _kwollector(side: KwollectSide, work: Path, quick: bool) -> dict[str, Any]:
         window.run(MEASURE_S[quick])
         t0, t1 = (datetime.fromtimestamp(t, UTC) for t in (window.t0, window.t1))
         # a second is inserted once the first frame of the next one arrives
-        wait_for(lambda: rows("WHERE timestamp >= %s", t1) > 0, 30, "rows after the window")
+        wait_until(lambda: rows("WHERE timestamp >= %s", t1) > 0, 30, "rows after the window")
         readings = rows("WHERE timestamp >= %s AND timestamp < %s", t0, t1)
         logs = "".join((work / f"{s.name}.log").read_text(errors="replace") for s in specs)
         return _result(

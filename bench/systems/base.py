@@ -104,20 +104,6 @@ class System(ABC):
     def stop(self) -> None: ...
 
 
-def wait_for(check: Callable[[], bool], timeout: float, what: str, interval: float = 0.1) -> float:
-    """Poll `check` until True; return the seconds it took or raise TimeoutError."""
-    start = time.monotonic()
-    while True:
-        try:
-            if check():
-                return time.monotonic() - start
-        except Exception:  # a server that is still starting refuses connections
-            pass
-        if time.monotonic() - start > timeout:
-            raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)
-
-
 T = TypeVar("T")
 
 

@@ -45,7 +45,7 @@ from bench.dataset import US, Dataset, utc
 from bench.polling.cpu import cpu_seconds
 from bench.polling.producer import start_producer
 from bench.systems import jobscope_abuse, jobscope_api
-from bench.systems.base import Ingest, Selection, System, run_parallel, wait_for
+from bench.systems.base import Ingest, Selection, System, run_parallel
 from clickhouse import rollups
 from clickhouse.migrate import MigrationSettings, apply_migrations, render
 from producers.config import ProducerSettings
@@ -54,7 +54,7 @@ from producers.publisher import producer_config
 from producers.reading import Reading
 from stack import kafka_broker, services, topics
 from stack.config import StackSettings
-from stack.processes import free_port
+from stack.processes import free_port, wait_until
 
 log = logging.getLogger("bench.jobscope")
 
@@ -183,7 +183,7 @@ class Jobscope(System):
         start = time.monotonic()
         produced = self._produce(topics.READINGS.name, parts, data, per_message=100, arrays=True)
         produce_s = time.monotonic() - start
-        wait_for(
+        wait_until(
             lambda: self._count() >= data.spec.readings,
             TIMEOUT,
             "every reading to reach ClickHouse",

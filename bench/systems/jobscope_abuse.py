@@ -48,12 +48,12 @@ from clickhouse_connect.driver.client import Client
 from confluent_kafka import Producer
 
 from bench.polling.cpu import machine_ticks
-from bench.systems.base import wait_for
 from bench.systems.jobscope_api import rows
 from producers.message import pack
 from producers.reading import Reading
 from stack import kafka_broker, services
 from stack.config import StackSettings
+from stack.processes import wait_until
 
 log = logging.getLogger("bench.abuse")
 
@@ -112,7 +112,7 @@ def measure_on(
     abusers = _Abusers(settings)
     abusers.start()
     try:
-        wait_for(lambda: abusers.sent >= ABUSERS, 30, "every abuser to send a query")
+        wait_until(lambda: abusers.sent >= ABUSERS, 30, "every abuser to send a query")
         phases["sql_abuse"] = _sequential_phase(
             settings, path, expected, ABUSE_WINDOW_S[quick], timeout
         )
@@ -186,7 +186,7 @@ def _backfill_and_job(settings: StackSettings, prefix: str, quick: bool) -> tupl
         raise RuntimeError("the backfill was not delivered to Kafka")
     total = ticks * BACKFILL_DEVICES * METRICS
     admin = services.clickhouse_client(settings, "jobscope")
-    wait_for(
+    wait_until(
         lambda: (
             admin.command(
                 "SELECT count() FROM metrics WHERE startsWith(device_id, {p:String})",
@@ -215,7 +215,7 @@ def _backfill_and_job(settings: StackSettings, prefix: str, quick: bool) -> tupl
         timeout=60,
     )
     response.raise_for_status()
-    wait_for(
+    wait_until(
         lambda: httpx.get(f"{settings.api_url}/api/jobs/{job_id}", timeout=10).status_code == 200,
         60,
         f"job {job_id} readable",

@@ -23,9 +23,8 @@ from bench.systems.base import (
     apparent_size,
     dpkg_version,
     run_parallel,
-    wait_for,
 )
-from stack.processes import free_port
+from stack.processes import STARTING, free_port, wait_until
 
 BINARY = "victoria-metrics"
 CSV_FORMAT = "1:time:unix_ms,2:label:device,3:label:__name__,4:metric:value"
@@ -67,7 +66,7 @@ class VictoriaMetrics(System):
             ],
             self.workdir / "victoria-metrics.log",
         )
-        wait_for(self._healthy, 60, "VictoriaMetrics to answer")
+        wait_until(self._healthy, 60, "VictoriaMetrics to answer", transient=STARTING)
 
     def server_pids(self) -> list[int]:
         return [] if self.server is None else [self.server.proc.pid]
@@ -94,7 +93,7 @@ class VictoriaMetrics(System):
         run_parallel(post, parts, TIMEOUT)
         sent_s = time.monotonic() - start
         self.sent += data.spec.readings
-        wait_for(
+        wait_until(
             lambda: self._stored(data) >= self.sent,
             TIMEOUT,
             "VictoriaMetrics to make every reading queryable",
@@ -123,7 +122,7 @@ class VictoriaMetrics(System):
     def storage_bytes(self) -> int:
         httpx.get(f"{self.url}/internal/force_flush", timeout=60).raise_for_status()
         httpx.get(f"{self.url}/internal/force_merge", timeout=TIMEOUT).raise_for_status()
-        wait_for(
+        wait_until(
             lambda: self._metric("vm_active_force_merges") == 0,
             TIMEOUT,
             "VictoriaMetrics' forced merge",

@@ -28,7 +28,9 @@ def _job_id() -> str:
     return f"{uuid.uuid4().int % 10**9}"
 
 
-def test_writes_need_a_known_token(api_url: str, reader_client: Client) -> None:
+def test_writes_need_a_known_token(
+    api_url: str, api_tokens: dict[str, str], reader_client: Client
+) -> None:
     job = {"job_id": _job_id(), "nodes": ["n-1"], "start": "2026-01-01T00:00:00"}
     for headers in ({}, _auth("not-a-token"), {"Authorization": "Basic eDp5"}):
         response = httpx.post(f"{api_url}/api/jobs", json=job, headers=headers, timeout=10)
@@ -36,7 +38,13 @@ def test_writes_need_a_known_token(api_url: str, reader_client: Client) -> None:
         assert response.headers["www-authenticate"] == "Bearer"
     response = httpx.patch(f"{api_url}/api/jobs/{job['job_id']}", json={}, timeout=10)
     assert response.status_code == 401
-    # nothing was written: the job is unknown to readers
+    # nothing was written: a job written after them (201: readable; the jobs topic has one
+    # partition) is stored, and the refused job is unknown to readers
+    marker = {**job, "job_id": _job_id()}
+    response = httpx.post(
+        f"{api_url}/api/jobs", json=marker, headers=_auth(api_tokens["admin"]), timeout=30
+    )
+    assert response.status_code == 201, response.text
     count = reader_client.command(
         "SELECT count() FROM jobs WHERE job_id = {j:String}", parameters={"j": job["job_id"]}
     )

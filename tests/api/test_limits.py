@@ -31,7 +31,7 @@ from clickhouse_connect.driver.client import Client
 
 from stack import services
 from stack.config import REPO_ROOT, StackSettings
-from stack.processes import free_port, wait_until
+from stack.processes import STARTING, free_port, wait_until
 
 LIMITS = {
     "JOBSCOPE_MAX_DEVICES": "3",
@@ -69,7 +69,10 @@ def extra_api(settings: StackSettings, name: str, env: dict[str, str]) -> Iterat
     url = f"http://127.0.0.1:{port}"
     try:
         wait_until(
-            lambda: httpx.get(f"{url}/health", timeout=5).status_code == 200, 60, f"API {name}"
+            lambda: httpx.get(f"{url}/health", timeout=5).status_code == 200,
+            60,
+            f"API {name}",
+            transient=STARTING,
         )
         yield url
     finally:
@@ -262,6 +265,7 @@ def clickhouse_stopped(settings: StackSettings) -> Iterator[None]:
         os.kill(pid, signal.SIGCONT)
 
 
+@pytest.mark.disruptive
 def test_health_answers_while_clickhouse_and_every_worker_thread_hang(
     limited_api: str, clickhouse: StackSettings
 ) -> None:

@@ -25,7 +25,7 @@ import pytest
 from producers.reading import Reading
 from stack import services
 from stack.config import REPO_ROOT, StackSettings
-from stack.processes import ManagedProcess, free_port, wait_until
+from stack.processes import STARTING, ManagedProcess, free_port, wait_until
 from tests.api.conftest import Listener
 
 ALIAS = "_device_alias"
@@ -261,17 +261,15 @@ def small_api(clickhouse: StackSettings, tmp_path: Path) -> Iterator[tuple[str, 
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_until(lambda: _healthy(url), 60, "the second API")
+        wait_until(
+            lambda: httpx.get(f"{url}/health", timeout=2).status_code == 200,
+            60,
+            "the second API",
+            transient=STARTING,
+        )
         yield url, proc
     finally:
         proc.stop(timeout=30)
-
-
-def _healthy(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/health", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 def test_a_client_that_stops_reading_is_dropped_and_the_other_gets_everything(

@@ -20,8 +20,19 @@ def reader_http(clickhouse: StackSettings) -> httpx.Client:
     return httpx.Client(base_url=clickhouse.clickhouse_url, auth=("reader", password), timeout=30)
 
 
-def test_reader_reads(reader_client: Client) -> None:
-    assert reader_client.query("SELECT count() FROM metrics").row_count == 1
+def test_reader_reads(admin_client: Client, reader_client: Client) -> None:
+    device = f"ro-{uuid.uuid4().hex[:8]}"
+    recent = (datetime.now(UTC) - timedelta(hours=1)).replace(tzinfo=None)  # inside the TTL
+    admin_client.insert(
+        "metrics",
+        [[recent, device, "m", 2.5, {"k": "v"}]],
+        column_names=["timestamp", "device_id", "metric_id", "value", "labels"],
+    )
+    rows = reader_client.query(
+        "SELECT metric_id, value, labels FROM metrics WHERE device_id = {d:String}",
+        parameters={"d": device},
+    ).result_rows
+    assert rows == [("m", 2.5, {"k": "v"})]
     assert reader_client.query("SELECT number FROM numbers(5)").result_rows[-1] == (4,)
 
 

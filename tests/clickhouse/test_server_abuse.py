@@ -24,7 +24,7 @@ from clickhouse_connect.driver.client import Client
 
 from stack import services
 from stack.config import REPO_ROOT, StackSettings
-from stack.processes import free_port, wait_until
+from stack.processes import STARTING, free_port, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +85,11 @@ def test_bad_requests_get_clear_errors_and_the_server_keeps_serving(
             f"INSERT INTO {table} FORMAT RowBinary ".encode() + b"\x01\x00\x00\x00\x05a",
             b"Code: ",
         ),
-        "huge header": ("X-Big: " + "x" * 70000 + "\r\nContent-Length: 8\r\n", b"SELECT 1", b""),
+        "huge header": (
+            "X-Big: " + "x" * 70000 + "\r\nContent-Length: 8\r\n",
+            b"SELECT 1",
+            b"HTTP/1.1 431 ",  # Request Header Fields Too Large
+        ),
     }
     for name, (headers, body, expected) in cases.items():
         answer = _post(clickhouse, headers, body)
@@ -402,13 +406,13 @@ def capped(clickhouse: StackSettings) -> Iterator[tuple[str, int, Path]]:
     proc.start([sys.executable, "-m", "clickhouse.server"], env=env, cwd=REPO_ROOT)
     url = f"http://127.0.0.1:{port}"
 
-    def ready() -> bool:
-        with contextlib.suppress(httpx.HTTPError):
-            return httpx.get(f"{url}/ping", timeout=2).status_code == 200
-        return False
-
     try:
-        wait_until(ready, 60, f"the capped ClickHouse server on {url}")
+        wait_until(
+            lambda: httpx.get(f"{url}/ping", timeout=2).status_code == 200,
+            60,
+            f"the capped ClickHouse server on {url}",
+            transient=STARTING,
+        )
         yield url, _server_pid(clickhouse, "clickhouse-capped"), data / "spool"
     finally:
         proc.stop()

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import base64
 import gzip
+import itertools
 import json
 import socket
 import struct
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from datetime import datetime
@@ -354,22 +354,34 @@ def test_a_form_body_is_bounded_as_it_is_read() -> None:
     assert len(read) == 3
 
 
+def _listen_overflows() -> int:
+    """SYNs the kernel dropped, in this network namespace, because a listening socket's
+    accept queue was full (TcpExt ListenOverflows): each makes its client retry after 1 s."""
+    lines = Path("/proc/net/netstat").read_text().splitlines()
+    names, values = next(
+        (a.split(), b.split()) for a, b in itertools.pairwise(lines) if a.startswith("TcpExt:")
+    )
+    return int(values[names.index("ListenOverflows")])
+
+
 def test_a_burst_of_new_connections_is_answered_at_once(clickhouse: StackSettings) -> None:
-    """50 clients connecting at the same instant: none waits for a SYN retry (1 s), which is
-    what a listen backlog of 5 made ten of them do."""
+    """50 clients connecting at the same instant: every one is answered and no SYN is
+    dropped for a full accept queue, which a listen backlog of 5 did to ten of them (each
+    then waited for a SYN retry, 1 s). Counted by the kernel, not timed: a loaded machine
+    is slow to answer, not wrong."""
     clients = 50
     start = threading.Barrier(clients)
-    took: list[float] = []
+    answered: list[int] = []
     failures: list[BaseException] = []
+    overflows = _listen_overflows()
 
     def ping() -> None:
         try:
             start.wait(10)
-            began = time.monotonic()
             with socket.create_connection((clickhouse.host, clickhouse.clickhouse_port), 10) as s:
                 s.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
                 assert s.recv(1024).startswith(b"HTTP/1.1 200")
-            took.append(time.monotonic() - began)
+            answered.append(1)
         except BaseException as exc:
             failures.append(exc)
 
@@ -378,8 +390,8 @@ def test_a_burst_of_new_connections_is_answered_at_once(clickhouse: StackSetting
         t.start()
     for t in threads:
         t.join(30)
-    assert not failures and len(took) == clients
-    assert max(took) < 0.9, f"a connection waited {max(took):.2f} s (a SYN retry is 1 s)"
+    assert not failures and len(answered) == clients
+    assert _listen_overflows() == overflows, "SYNs dropped: the accept queue was full"
 
 
 def test_a_client_resetting_an_idle_connection_leaves_no_traceback(

@@ -4,7 +4,6 @@ broker, the connectors of connectors/*.json registered."""
 
 from __future__ import annotations
 
-import os
 import random
 import time
 from collections.abc import Iterator, Sequence
@@ -18,12 +17,13 @@ from connectors.config import ConnectSettings
 from connectors.oar_postgres import OarDatabase
 from connectors.worker import Worker
 from stack.config import StackSettings
+from tests import ports
 
 
 @pytest.fixture(scope="session")
 def connect_settings() -> ConnectSettings:
-    shift = int(os.environ.get("JOBSCOPE_TEST_PORT_SHIFT", "0"))
-    return ConnectSettings(rest_port=28083 + shift, oar_db_port=25432 + shift, heap="384m")
+    rest_port, oar_db_port = ports.ports("connect")
+    return ConnectSettings(rest_port=rest_port, oar_db_port=oar_db_port, heap="384m")
 
 
 @pytest.fixture(scope="session")

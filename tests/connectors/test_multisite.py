@@ -7,7 +7,6 @@ centrally is measured and printed."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import statistics
 import time
@@ -26,11 +25,11 @@ from connectors.mirror import MirrorMaker, MirrorSettings
 from producers.message import pack
 from producers.reading import Reading
 from stack import services
-from stack.config import REPO_ROOT, StackSettings
+from stack.config import StackSettings
 from stack.processes import wait_until
+from tests import ports
 
 SITES = ("siteA", "siteB")
-SHIFT = int(os.environ.get("JOBSCOPE_TEST_PORT_SHIFT", "0"))
 
 
 @dataclass(frozen=True)
@@ -44,22 +43,25 @@ class Federation:
         return Producer({"bootstrap.servers": self.sites[site].kafka_bootstrap, "linger.ms": 0})
 
 
-def _broker(state: str, port: int) -> StackSettings:
+def _broker(state: str, pair: int) -> StackSettings:
+    """The settings of broker `pair` (its port pair in the table's "multisite" range), with
+    the centre's ClickHouse, API and /metrics ports (the range's last three)."""
+    *_, clickhouse, api, metrics = ports.ports("multisite")
     return StackSettings(
-        state_dir=REPO_ROOT / "state" / f"test-multisite-{21092 + SHIFT}" / state,
-        kafka_port=port + SHIFT,
-        kafka_controller_port=port + 1 + SHIFT,
+        state_dir=ports.state_dir("multisite") / state,
+        kafka_port=ports.port("multisite", 2 * pair),
+        kafka_controller_port=ports.port("multisite", 2 * pair + 1),
         kafka_heap="256m",
-        clickhouse_port=21123 + SHIFT,
-        api_port=21000 + SHIFT,
-        producer_metrics_port=21464 + SHIFT,
+        clickhouse_port=clickhouse,
+        api_port=api,
+        producer_metrics_port=metrics,
     )
 
 
 @pytest.fixture(scope="module")
 def federation() -> Iterator[Federation]:
-    sites = {site: _broker(site, 21092 + 2 * i) for i, site in enumerate(SITES)}
-    central = _broker("central", 21096)
+    sites = {site: _broker(site, i) for i, site in enumerate(SITES)}
+    central = _broker("central", len(SITES))
     mirror = MirrorMaker(
         MirrorSettings(
             sites={site: s.kafka_bootstrap for site, s in sites.items()},

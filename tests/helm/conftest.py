@@ -3,7 +3,6 @@ kubelet: objects are stored and validated, no pod runs), and helm pointed at it.
 
 from __future__ import annotations
 
-import os
 import secrets
 import subprocess
 from collections.abc import Iterator
@@ -11,7 +10,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from stack.processes import ManagedProcess, wait_until
+from stack.processes import STARTING, ManagedProcess, wait_until
+from tests import ports
 from tests.helm.helm_tools import Cluster, tool
 
 HOST = "127.0.0.1"
@@ -24,8 +24,7 @@ def _healthy(url: str, token: str) -> bool:
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    shift = int(os.environ.get("JOBSCOPE_TEST_PORT_SHIFT", "0"))
-    etcd_port, etcd_peer_port, api_port = 22379 + shift, 22380 + shift, 26443 + shift
+    etcd_port, etcd_peer_port, api_port = ports.ports("kubernetes")
     work = tmp_path_factory.mktemp("kube")
     token = secrets.token_hex(16)
     (work / "tokens.csv").write_text(f"{token},admin,admin,system:masters\n")
@@ -71,7 +70,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     )
     try:
         try:
-            wait_until(lambda: _healthy(url, token), 90, "kube-apiserver /readyz")
+            wait_until(
+                lambda: _healthy(url, token), 90, "kube-apiserver /readyz", transient=STARTING
+            )
         except TimeoutError:
             log = apiserver.log_file.read_text()[-3000:]
             pytest.fail(f"kube-apiserver did not become ready; its log ends with:\n{log}")

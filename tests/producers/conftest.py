@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import re
 
 from producers.message import unpack
 from producers.publisher import DeliveryCounters, QueueDepth
@@ -36,18 +35,3 @@ class RecordingPublisher:
 
     def depth(self) -> QueueDepth:
         return QueueDepth(0, 0, 0, 0, 0, 0)
-
-
-SKIPPED = re.compile(
-    r"^.* (\S+): tick took longer than its \d+ ms period: (\d+) tick\(s\) skipped$", re.M
-)
-
-
-def skipped_ticks(log: str) -> dict[str, int]:
-    """Ticks the producer reported as not polled, per device (a tester:// group is named
-    after its device): on an overloaded machine a late poll skips the next tick, which is
-    reported, not lost."""
-    skipped: dict[str, int] = {}
-    for device, count in SKIPPED.findall(log):
-        skipped[device] = skipped.get(device, 0) + int(count)
-    return skipped

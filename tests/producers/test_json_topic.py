@@ -28,7 +28,7 @@ from producers.publisher import Publisher
 from producers.reading import Reading
 from stack import secrets, services, topics
 from stack.config import REPO_ROOT, StackSettings
-from stack.processes import wait_until
+from stack.processes import KAFKA_STARTING, wait_until
 
 
 @pytest.fixture
@@ -46,13 +46,12 @@ def from_time(bootstrap: str, topic: str, since_ms: int) -> Consumer:
     )
     partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
     wanted = [TopicPartition(topic, p, since_ms) for p in partitions]
-    found: list[TopicPartition] = []
-
-    def offsets() -> bool:  # a topic created a moment ago answers once it has leaders
-        found[:] = consumer.offsets_for_times(wanted, 2)
-        return True
-
-    wait_until(offsets, 30, f"the offsets of {topic} at {since_ms} ms")
+    found = wait_until(  # a topic created a moment ago answers once it has leaders
+        lambda: consumer.offsets_for_times(wanted, 2),
+        30,
+        f"the offsets of {topic} at {since_ms} ms",
+        transient=KAFKA_STARTING,
+    )
     consumer.assign(found)
     return consumer
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
 import os
+import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from producers.config import ProducerSettings
 from producers.entry import DeviceEntry
 from producers.runtime import Runtime, build_groups, next_tick_us
 from tests.producers.conftest import RecordingPublisher
+from tests.schedules import assert_every_tick, reported_skips, ticks_of
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -69,14 +71,47 @@ def test_an_overrunning_tick_skips_to_the_next_aligned_tick(
         await asyncio.wait_for(running, timeout=5)
 
     asyncio.run(scenario())
-    ticks = [timestamp // 100_000 for _, timestamp in publisher.sent]
-    gaps = [later - earlier for earlier, later in itertools.pairwise(ticks)]
-    missed = runtime.counters.missed_ticks
-    assert missed >= 2  # the slow publish ended 2.5 periods after its tick
-    assert gaps == [1, missed + 1] + [1] * (len(gaps) - 2)
-    assert (
-        f"node-1: tick took longer than its 100 ms period: {missed} tick(s) skipped" in caplog.text
+    stamps = [timestamp for _, timestamp in publisher.sent]
+    ticks = ticks_of(stamps, 100_000)
+    skipped = reported_skips(caplog.text, 100_000).get("node-1", set())
+    overrun = re.search(
+        r"node-1: tick took longer than its 100 ms period: (\d+) tick\(s\) skipped from (\d+) us",
+        caplog.text,
     )
+    assert overrun, caplog.text
+    assert int(overrun[1]) >= 2  # the slow publish ended 2.5 periods after its tick
+    assert int(overrun[2]) // 100_000 == ticks[1] + 1  # the ticks right after the slow one
+    assert runtime.counters.missed_ticks == len(skipped)
+    assert_every_tick(stamps, 100_000, [(ticks[0], ticks[-1])], skipped)
+
+
+def test_a_tick_that_cannot_start_within_its_period_is_skipped_and_reported(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The event loop held 250 ms (a process short of CPU) wakes a 100 ms tick's loop a
+    period late or more: that tick is reported skipped and the current one polled, so each
+    reading is stamped within its own tick's period."""
+    publisher = RecordingPublisher()
+    runtime = Runtime([entry("node-1", "a", 100)], publisher, ProducerSettings())  # type: ignore[arg-type]
+
+    async def scenario() -> None:
+        stop = asyncio.Event()
+        running = asyncio.create_task(runtime.run(stop))
+        while len(publisher.sent) < 2:
+            await asyncio.sleep(0.005)
+        time.sleep(0.25)  # holds the event loop, as a starved process would
+        while len(publisher.sent) < 5:
+            await asyncio.sleep(0.05)
+        stop.set()
+        await asyncio.wait_for(running, timeout=5)
+
+    asyncio.run(scenario())
+    assert "node-1: woke " in caplog.text and "past its period" in caplog.text, caplog.text
+    skipped = reported_skips(caplog.text, 100_000).get("node-1", set())
+    assert runtime.counters.missed_ticks == len(skipped) >= 1
+    stamps = [timestamp for _, timestamp in publisher.sent]
+    ticks = ticks_of(stamps, 100_000)
+    assert_every_tick(stamps, 100_000, [(ticks[0], ticks[-1])], skipped)
 
 
 def test_invalid_devices_file_exits_2_naming_the_entry(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
@@ -22,6 +22,7 @@ from stack.config import StackSettings
 from stack.processes import wait_until
 
 Key = tuple[str, str, int]  # device_id, metric_id, timestamp_us
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class LoadGenerator(threading.Thread):
@@ -223,9 +224,24 @@ def assert_exactly_once(
             "end_time": datetime.now(UTC).isoformat(),
         },
     )
-    assert response.status_code == 200
-    served = response.json()
-    assert len(served) == len(expected), "the API does not serve each reading exactly once"
+    assert response.status_code == 200, response.text
+    served = [
+        ((r["device_id"], r["metric_id"], _timestamp_us(r["timestamp"])), r["value"])
+        for r in response.json()
+    ]
+    assert len(served) == len(dict(served)), "the API serves a reading twice"
+    got = dict(served)
+    wrong = {k: (got.get(k), v) for k, v in expected.items() if got.get(k) != v}
+    unexpected = got.keys() - expected.keys()
+    assert not wrong and not unexpected, (
+        f"the API serves {len(wrong)} readings wrongly or not at all (served, expected: "
+        f"{sorted(wrong.items())[:3]}) and {len(unexpected)} unexpected ones"
+    )
+
+
+def _timestamp_us(iso: str) -> int:
+    """Microseconds since the epoch of a timestamp as the API writes it (with its offset)."""
+    return (datetime.fromisoformat(iso) - EPOCH) // timedelta(microseconds=1)
 
 
 @pytest.fixture

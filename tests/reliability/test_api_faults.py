@@ -19,7 +19,7 @@ from stack import services
 from stack.config import StackSettings
 from stack.processes import wait_until
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.disruptive]
 READINGS = 120  # per device: 2 devices x 1 metric, one a second
 COLUMNS = ["timestamp", "device_id", "metric_id", "value", "labels"]
 STREAMED = ("/api/metrics", "/metrics")  # answers that may be cut once they have begun

@@ -23,7 +23,7 @@ from stack.config import StackSettings
 from stack.processes import wait_until
 from tests.api.conftest import Listener
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.disruptive]
 
 METRIC = "restart_value"
 

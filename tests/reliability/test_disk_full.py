@@ -1,6 +1,6 @@
 """The ClickHouse data disk fills up under load: ingestion stops with a logged error, the
 Kafka engine commits no offset of a reading it could not store, and once space returns
-every reading Kafka holds is stored, each exactly once for readers.
+every reading Kafka holds is stored, each exactly once for readers and in the rollups.
 
 The test runs a stack of its own (Kafka, and the local ClickHouse server with its data
 directory and insert spool on a 64 MiB tmpfs mounted for the test), so that filling the
@@ -10,11 +10,12 @@ disk touches nothing else. Mounting needs root: without it the test fails, it do
 from __future__ import annotations
 
 import errno
-import os
+import math
 import shutil
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -28,13 +29,13 @@ from clickhouse.migrate import MigrationSettings
 from producers.message import unpack
 from stack import services, topics
 from stack.config import REPO_ROOT, StackSettings
-from stack.processes import wait_until
+from stack.processes import CLICKHOUSE_STARTING, wait_until
+from tests import ports
 
 from .conftest import Key, LoadGenerator
 
 pytestmark = pytest.mark.slow
 
-SHIFT = int(os.environ.get("JOBSCOPE_TEST_PORT_SHIFT", "0"))
 DISK_SIZE = "64m"
 GROUP = MigrationSettings.model_fields["consumer_group"].default  # jobscope-clickhouse
 # What the engine writes when a part cannot be reserved or written (codes 243 and 75/76).
@@ -54,16 +55,8 @@ def _umount(path: Path) -> None:
 
 
 def _settings() -> StackSettings:
-    """Ports of this test's own stack, beside the session's (shifted like them)."""
-    return StackSettings(
-        state_dir=REPO_ROOT / "state" / f"test-{19092 + SHIFT}-disk-full",
-        kafka_port=19094 + SHIFT,
-        kafka_controller_port=19095 + SHIFT,
-        kafka_heap="256m",
-        clickhouse_port=18124 + SHIFT,
-        api_port=18001 + SHIFT,
-        producer_metrics_port=19465 + SHIFT,
-    )
+    """This test's own stack, beside the session's (tests/ports.py)."""
+    return ports.stack_settings("disk-full", kafka_heap="256m")
 
 
 def _start_clickhouse_on(settings: StackSettings, disk: Path) -> None:
@@ -83,6 +76,7 @@ def _start_clickhouse_on(settings: StackSettings, disk: Path) -> None:
         lambda: services.clickhouse_client(settings, "jobscope").command("SELECT 1") == 1,
         60,
         f"ClickHouse on {settings.clickhouse_url}",
+        transient=CLICKHOUSE_STARTING,
     )
     services.apply_schema(settings)
 
@@ -243,6 +237,7 @@ def test_disk_full_stops_ingestion_loses_nothing_and_resumes(
     engine_log = settings.log_dir / "clickhouse-engine.log"
     prefix = f"df-{uuid.uuid4().hex[:8]}"
     gen = LoadGenerator(settings.kafka_bootstrap, prefix, devices=10, ticks=400, interval_s=0.05)
+    load_began = time.time()
     gen.start()
     wait_until(lambda: _count(admin, prefix) > 0, 60, "the first readings stored")
     gen.wait_progress(0.25)
@@ -297,15 +292,78 @@ def test_disk_full_stops_ingestion_loses_nothing_and_resumes(
         parameters={"p": prefix},
     )
     assert diverted == 0, f"{diverted} messages of the load went to ingest_errors"
-    # Not asserted, reported: a block that failed in a later view is sent again to the ones
-    # before it, so the 1-minute rollup may count its readings twice (documented in 0011).
+    _assert_rollups_exact(admin, prefix, expected, hours_closed_before=load_began)
     plain = _count(admin, prefix, final=False)
-    rollup = admin.command(
-        "SELECT sum(count) FROM metrics_1m WHERE startsWith(device_id, {p:String})",
-        parameters={"p": prefix},
-    )
     print(
         f"disk full: {stalled} readings stored when the error was logged, "
         f"{full_growth} more while full; {uncommitted} then {still} messages uncommitted; "
-        f"after: {len(rows)} readings (FINAL), {plain} rows, metrics_1m counts {rollup}"
+        f"after: {len(rows)} readings (FINAL), {plain} rows"
     )
+
+
+Buckets = dict[tuple[str, str, int], tuple[int, float, float, float]]
+
+
+def _expected_buckets(expected: dict[Key, float], seconds: int, before: float) -> Buckets:
+    """(device, metric, bucket start) -> (count, sum, min, max) of the `expected` readings,
+    for the buckets of `seconds` that ended at or before the epoch time `before`."""
+    values: dict[tuple[str, str, int], list[float]] = {}
+    for (device, metric, ts_us), value in expected.items():
+        bucket = ts_us // (seconds * 1_000_000) * seconds
+        if bucket + seconds <= before:
+            values.setdefault((device, metric, bucket), []).append(value)
+    return {k: (len(v), sum(v), min(v), max(v)) for k, v in values.items()}
+
+
+def _rollup_buckets(
+    client: Client, table: str, seconds: int, prefix: str, before: float
+) -> Buckets:
+    """The same from rollup `table` (its rows are per label set: summed over them)."""
+    rows = client.query(
+        f"SELECT device_id, metric_id, toUnixTimestamp(bucket) AS b, sum(count), sum(sum), "
+        f"min(min), max(max) FROM {table} FINAL WHERE startsWith(device_id, {{p:String}}) "
+        "GROUP BY device_id, metric_id, b",
+        parameters={"p": prefix},
+    ).result_rows
+    return {(d, m, b): tuple(v) for d, m, b, *v in rows if b + seconds <= before}  # type: ignore[misc]
+
+
+def _wrong_buckets(got: Buckets, want: Buckets) -> dict[tuple[str, str, int], object]:
+    """Buckets missing, unexpected, or whose count, min or max differ (sums to rounding)."""
+
+    def same(a: tuple[int, float, float, float] | None, b: tuple[int, float, float, float]) -> bool:
+        return (
+            a is not None
+            and (a[0], a[2], a[3]) == (b[0], b[2], b[3])
+            and math.isclose(a[1], b[1], rel_tol=1e-12)
+        )
+
+    wrong: dict[tuple[str, str, int], object] = {
+        k: (got.get(k), v) for k, v in want.items() if not same(got.get(k), v)
+    }
+    wrong.update({k: (v, None) for k, v in got.items() if k not in want})
+    return wrong
+
+
+def _assert_rollups_exact(
+    client: Client, prefix: str, expected: dict[Key, float], hours_closed_before: float
+) -> None:
+    """The 1-minute rollup, and the 1-hour one for the hours closed before the load began,
+    hold each expected reading once (README: rollups are exact), once their refreshes (every
+    10 s, for notes before the current minute less 10 s) have taken the last inserts."""
+    rollups = {"metrics_1m": (60, time.time()), "metrics_1h": (3600, hours_closed_before)}
+    want = {t: _expected_buckets(expected, s, before) for t, (s, before) in rollups.items()}
+    assert all(want.values()), "no closed bucket to compare"
+    wrong: dict[str, dict[tuple[str, str, int], object]] = {}
+
+    def exact() -> bool:
+        for table, (seconds, before) in rollups.items():
+            got = _rollup_buckets(client, table, seconds, prefix, before)
+            wrong[table] = _wrong_buckets(got, want[table])
+        return not any(wrong.values())
+
+    try:
+        wait_until(exact, 180, "the rollups to hold every reading once")
+    except TimeoutError as exc:
+        detail = {t: (len(w), sorted(w.items())[:3]) for t, w in wrong.items() if w}
+        raise AssertionError(f"{exc}: (rollup, expected) of wrong buckets: {detail}") from None

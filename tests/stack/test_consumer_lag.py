@@ -11,7 +11,7 @@ from producers.message import pack
 from producers.reading import Reading
 from stack import services, topics
 from stack.config import StackSettings
-from stack.processes import wait_until
+from stack.processes import KAFKA_STARTING, wait_until
 from tests.conftest import new_topic
 
 
@@ -21,10 +21,11 @@ def test_lag_counts_what_a_group_has_not_committed(clickhouse: StackSettings) ->
     for n in range(7):
         producer.produce(topic, b"x", key=str(n))
     assert producer.flush(30) == 0
-    wait_until(  # retried: the group coordinator may still be loading after the broker starts
+    wait_until(
         lambda: topics.consumer_lag(clickhouse.kafka_bootstrap, "never-consumed", topic) == 7,
         30,
         "the lag of a group that never consumed to be the whole topic (7)",
+        transient=KAFKA_STARTING,  # the group coordinator may still be loading
     )
 
 
@@ -41,7 +42,12 @@ def test_clickhouse_group_catches_up(clickhouse: StackSettings) -> None:
             clickhouse.kafka_bootstrap, migration.consumer_group, migration.readings_topic
         )
 
-    wait_until(lambda: lag() == 0, 30, "ClickHouse's consumer group to commit everything")
+    wait_until(
+        lambda: lag() == 0,
+        30,
+        "ClickHouse's consumer group to commit everything",
+        transient=KAFKA_STARTING,
+    )
     reader = services.clickhouse_client(clickhouse, "reader")
     count = "SELECT count() FROM metrics WHERE device_id = {d:String}"
     assert reader.command(count, parameters={"d": device}) == 1  # committed after stored

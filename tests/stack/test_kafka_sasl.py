@@ -1,11 +1,10 @@
 """The stack with brokers that authenticate (JOBSCOPE_KAFKA_SASL=true): every component reaches
 Kafka with its own SCRAM user, readings and jobs flow end to end, and a client without
 credentials, or with a wrong password, cannot write to `jobs` (which grants push rights on
-a job's nodes). Runs its own stack on ports of its own (shifted by JOBSCOPE_TEST_PORT_SHIFT)."""
+a job's nodes). Runs its own stack on ports of its own (tests/ports.py)."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import stat
 import uuid
@@ -20,24 +19,14 @@ from confluent_kafka import KafkaError, Producer, TopicPartition
 from connectors import services as connect_services
 from connectors.config import ConnectSettings
 from stack import kafka_broker, secrets, services
-from stack.config import REPO_ROOT, StackSettings
+from stack.config import StackSettings
 from stack.processes import wait_until
-
-SHIFT = int(os.environ.get("JOBSCOPE_TEST_PORT_SHIFT", "0"))
+from tests import ports
 
 
 @pytest.fixture(scope="module")
 def sasl_stack() -> Iterator[StackSettings]:
-    settings = StackSettings(
-        state_dir=REPO_ROOT / "state" / f"test-sasl-{19110 + SHIFT}",
-        kafka_port=19110 + SHIFT,
-        kafka_controller_port=19111 + SHIFT,
-        kafka_heap="384m",
-        kafka_sasl=True,
-        clickhouse_port=18130 + SHIFT,
-        api_port=18010 + SHIFT,
-        producer_metrics_port=19470 + SHIFT,
-    )
+    settings = ports.stack_settings("sasl", kafka_heap="384m", kafka_sasl=True)
     services.stop_all(settings)
     shutil.rmtree(settings.state_dir, ignore_errors=True)
     try:
@@ -193,7 +182,9 @@ def test_the_connect_worker_joins_with_its_credentials_from_a_private_file(
 ) -> None:
     """Kafka Connect as user `connect`: its properties name the password through the
     FileConfigProvider, the secrets file is private, and the worker joins its group."""
-    worker = connect_services.worker(sasl_stack, ConnectSettings(rest_port=28090 + SHIFT))
+    worker = connect_services.worker(
+        sasl_stack, ConnectSettings(rest_port=ports.port("sasl-connect"))
+    )
     try:
         worker.start()
         assert worker.is_ready()

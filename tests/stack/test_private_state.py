@@ -66,7 +66,12 @@ def test_each_process_holds_only_its_own_secrets(
     producers = services.start_producers(clickhouse, devices, name="producers-env")
     try:
         # set at the end of the exec that Popen returns from: read once the process runs
-        wait_until(lambda: environ_of(producers.pid() or 0) != "", 10, "the producers to run")
+        wait_until(
+            lambda: environ_of(producers.pid() or 0) != "",
+            10,
+            "the producers to run",
+            transient=(FileNotFoundError,),  # no /proc entry before the process runs
+        )
         values = secrets.load_or_create(clickhouse.state_dir)
         parts = {
             "kafka": services.process(clickhouse, "kafka").pid(),

@@ -7,7 +7,6 @@ sysUpTime.0 = initial + 100·t, so a GET of sysUpTime.0 in the same request tell
 
 from __future__ import annotations
 
-import os
 import shutil
 import time
 from collections.abc import Iterator
@@ -16,8 +15,9 @@ import pytest
 
 from stack.config import REPO_ROOT
 from stack.simulators.snmpsim import DATA_DIR, SnmpSim, SnmpSimError
+from tests import ports
 
-PORT = 11161 + int(os.environ.get("JOBSCOPE_TEST_PORT_SHIFT", "0"))  # UDP
+PORT = ports.port("snmpsim")  # UDP
 C32 = 2**32
 
 SYS_DESCR, SYS_UPTIME = "1.3.6.1.2.1.1.1.0", "1.3.6.1.2.1.1.3.0"

@@ -13,10 +13,9 @@ from pathlib import Path
 import httpx
 
 from stack import services
-from stack.config import REPO_ROOT, StackSettings
+from stack.config import REPO_ROOT
 from stack.processes import is_alive, port_in_use, wait_until
-
-SHIFT = int(os.environ.get("JOBSCOPE_TEST_PORT_SHIFT", "0")) + 1000
+from tests import ports
 
 
 def run_stack(command: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -38,15 +37,8 @@ def served(api_url: str, device: str) -> int:
 
 
 def test_up_down_up(tmp_path: Path) -> None:
-    state = REPO_ROOT / "state" / f"test-stack-{SHIFT}"
-    settings = StackSettings(
-        state_dir=state,
-        kafka_port=19092 + SHIFT,
-        kafka_controller_port=19093 + SHIFT,
-        clickhouse_port=18123 + SHIFT,
-        api_port=18000 + SHIFT,
-        producer_metrics_port=19464 + SHIFT,
-    )
+    settings = ports.stack_settings("lifecycle")
+    state = settings.state_dir
     services.stop_all(settings)
     shutil.rmtree(state, ignore_errors=True)
     devices = tmp_path / "devices.yaml"
@@ -64,7 +56,7 @@ def test_up_down_up(tmp_path: Path) -> None:
         "JOBSCOPE_PRODUCER_METRICS_PORT": str(settings.producer_metrics_port),
         "JOBSCOPE_DEVICES_FILE": str(devices),
     }
-    ports = (
+    listening = (
         settings.kafka_port,
         settings.kafka_controller_port,
         settings.clickhouse_port,
@@ -87,7 +79,7 @@ def test_up_down_up(tmp_path: Path) -> None:
         assert down.returncode == 0, down.stdout + down.stderr
         for name, pid in pids.items():
             assert not is_alive(pid), f"{name} (pid {pid}) still running"
-        assert not any(port_in_use(settings.host, p) for p in ports)
+        assert not any(port_in_use(settings.host, p) for p in listening)
         status = run_stack("status", env)
         assert status.returncode == 3 and "stopped" in status.stdout
 
@@ -100,4 +92,4 @@ def test_up_down_up(tmp_path: Path) -> None:
         assert served_count > before >= 30
     finally:
         run_stack("down", env)
-    assert not any(port_in_use(settings.host, p) for p in ports)
+    assert not any(port_in_use(settings.host, p) for p in listening)

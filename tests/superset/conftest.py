@@ -4,7 +4,6 @@ known readings to look at."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import time
 import uuid
@@ -21,6 +20,7 @@ from clickhouse_connect.driver.client import Client
 from stack import superset
 from stack.config import StackSettings
 from stack.processes import wait_until
+from tests import ports
 
 COLUMNS = ["timestamp", "device_id", "metric_id", "value", "labels"]
 SECONDS = 120
@@ -42,9 +42,10 @@ class SupersetUnderTest:
 
 @pytest.fixture(scope="session")
 def superset_app(clickhouse: StackSettings) -> Iterator[SupersetUnderTest]:
-    """Superset on 127.0.0.1:8088 + JOBSCOPE_TEST_PORT_SHIFT, initialised and imported."""
-    shift = int(os.environ.get("JOBSCOPE_TEST_PORT_SHIFT", "0"))
-    settings = superset.SupersetSettings(host="127.0.0.1", port=8088 + shift, database_url="")
+    """Superset on its port of the table (tests/ports.py), initialised and imported."""
+    settings = superset.SupersetSettings(
+        host="127.0.0.1", port=ports.port("superset"), database_url=""
+    )
     if not settings.bin("superset").exists():
         pytest.fail(
             f"Superset is not installed in {settings.venv}: `make test` installs it "

@@ -3,7 +3,6 @@ stack/simulators/snmp/, and Net-SNMP snmpd (SNMPv3 user, a second agent to pause
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,14 +13,15 @@ from stack.config import REPO_ROOT
 from stack.simulators.node_exporter import NodeExporter
 from stack.simulators.snmpd import Snmpd, V3User
 from stack.simulators.snmpsim import SnmpSim
+from tests import ports
 
-SHIFT = int(os.environ.get("JOBSCOPE_TEST_PORT_SHIFT", "0"))
+SNMPSIM_PORT, SNMPD_V3_PORT, SNMPD_V2_PORT = ports.ports("snmp-agents")  # UDP
 V3 = V3User("jobscope", "SHA", "test-auth-pass", "AES", "test-priv-pass")
 
 
 @pytest.fixture(scope="session")
 def agents_dir() -> Iterator[Path]:
-    state = REPO_ROOT / "state" / f"test-agents-{19161 + SHIFT}"
+    state = REPO_ROOT / "state" / f"test-agents-{SNMPSIM_PORT}"
     shutil.rmtree(state, ignore_errors=True)
     state.mkdir(parents=True)
     yield state
@@ -30,7 +30,7 @@ def agents_dir() -> Iterator[Path]:
 @pytest.fixture(scope="session")
 def snmpsim(agents_dir: Path) -> Iterator[SnmpSim]:
     """The recorded PDUs and switch: one community per device, on one UDP port."""
-    sim = SnmpSim(agents_dir, port=19161 + SHIFT)
+    sim = SnmpSim(agents_dir, port=SNMPSIM_PORT)
     sim.start()
     yield sim
     sim.stop()
@@ -39,7 +39,7 @@ def snmpsim(agents_dir: Path) -> Iterator[SnmpSim]:
 @pytest.fixture(scope="session")
 def snmpd(agents_dir: Path) -> Iterator[Snmpd]:
     """snmpd with community `public` and the v3 user V3 (authPriv, SHA + AES)."""
-    agent = Snmpd(agents_dir / "snmpd-1", "127.0.0.1", 19162 + SHIFT, v3_users=[V3])
+    agent = Snmpd(agents_dir / "snmpd-1", "127.0.0.1", SNMPD_V3_PORT, v3_users=[V3])
     agent.start()
     yield agent
     agent.stop()
@@ -48,7 +48,7 @@ def snmpd(agents_dir: Path) -> Iterator[Snmpd]:
 @pytest.fixture
 def second_snmpd(agents_dir: Path) -> Iterator[Snmpd]:
     """Another agent, for a test to pause (a device that stops answering)."""
-    agent = Snmpd(agents_dir / "snmpd-2", "127.0.0.1", 19163 + SHIFT)
+    agent = Snmpd(agents_dir / "snmpd-2", "127.0.0.1", SNMPD_V2_PORT)
     agent.start()
     yield agent
     agent.stop()
@@ -58,7 +58,7 @@ def second_snmpd(agents_dir: Path) -> Iterator[Snmpd]:
 def node_exporter(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeExporter]:
     """Debian's node_exporter on 127.0.0.1:19000+shift, its textfile folder empty; one per
     test (~0.1 s to start), so that a test may pause it or fill its textfiles."""
-    exporter = NodeExporter(tmp_path_factory.mktemp("node-exporter"), 19000 + SHIFT)
+    exporter = NodeExporter(tmp_path_factory.mktemp("node-exporter"), ports.port("node-exporter"))
     exporter.start()
     yield exporter
     exporter.stop()

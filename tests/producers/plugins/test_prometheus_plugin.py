@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import os
 import threading
 import time
 import urllib.request
@@ -29,14 +28,12 @@ from producers.plugins.prometheus.exposition import ExpositionError, parse_text
 from producers.reading import Reading
 from producers.runtime import Runtime, build_groups
 from stack.simulators.node_exporter import NodeExporter
+from tests import ports
 from tests.producers.conftest import RecordingPublisher
 
 SAMPLE = Path(prom.__file__).parent / "sample.yaml"
-SHIFT = int(os.environ.get("JOBSCOPE_TEST_PORT_SHIFT", "0"))
-OPENMETRICS_PORT = 19001 + SHIFT
-NOTHING_PORT = 19002 + SHIFT  # nothing listens there
-SECOND_EXPORTER_PORT = 19003 + SHIFT
-BROKEN_PORT = 19004 + SHIFT
+# NOTHING_PORT: nothing listens there
+OPENMETRICS_PORT, NOTHING_PORT, SECOND_EXPORTER_PORT, BROKEN_PORT = ports.ports("prometheus")
 T = 1_795_288_158_123_456
 
 

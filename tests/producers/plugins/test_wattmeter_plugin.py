@@ -37,17 +37,18 @@ from producers.reading import Reading
 from stack.config import REPO_ROOT
 from stack.processes import wait_until
 from stack.simulators.wattmetre import MeterSpec, Wattmetres
+from tests import ports
 
-SHIFT = int(os.environ.get("JOBSCOPE_TEST_PORT_SHIFT", "0"))
-CONTROL_PORT = 19040 + SHIFT
+PORTS = ports.ports("wattmeter-plugin")
+CONTROL_PORT = PORTS[0]
 METERS = {  # one meter per test that breaks it
-    "wm-v2": MeterSpec("wm-v2", 19041 + SHIFT, 2, 24),
-    "wm-v3": MeterSpec("wm-v3", 19042 + SHIFT, 3, 8),
-    "wm-stop": MeterSpec("wm-stop", 19043 + SHIFT, 2, 4),
-    "wm-close": MeterSpec("wm-close", 19044 + SHIFT, 2, 4),
-    "wm-bad": MeterSpec("wm-bad", 19045 + SHIFT, 3, 4),
+    "wm-v2": MeterSpec("wm-v2", PORTS[1], 2, 24),
+    "wm-v3": MeterSpec("wm-v3", PORTS[2], 3, 8),
+    "wm-stop": MeterSpec("wm-stop", PORTS[3], 2, 4),
+    "wm-close": MeterSpec("wm-close", PORTS[4], 2, 4),
+    "wm-bad": MeterSpec("wm-bad", PORTS[5], 3, 4),
 }
-CLOSED_PORT = 19049 + SHIFT  # nothing listens there
+CLOSED_PORT = PORTS[-1]  # nothing listens there
 SAMPLE = Path(wattmeter.__file__).parent / "sample.yaml"
 METRIC = "wattmetre_power_watt"
 

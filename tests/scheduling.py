@@ -1,0 +1,99 @@
+"""How `make test` spreads the suite over pytest-xdist workers (`-n N --dist loadscope`).
+
+Each worker runs its own test stack (tests/ports.py), so the unit of work is what shares
+set-up: a test module, or a folder whose tests share a costly session fixture (Superset,
+Kafka Connect, kube-apiserver). Units go out heaviest first (tests/durations.json, measured
+seconds per unit; `python -m tests.scheduling JUNIT_XML` rewrites it from a run's
+`--junitxml`), so the long ones do not start last. Tests marked `disruptive` (they stop, kill
+or freeze the stack's Kafka or ClickHouse) form one unit that gets a worker, and so a stack,
+of its own: no other test inherits their restarts and rebalances. Their ids end in
+`@disruptive`, as xdist's loadgroup would name them (its own renaming no longer reaches
+pytest 9's node ids).
+
+Loaded by tests/conftest.py; without xdist it changes nothing but those ids.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from _pytest.nodeid import NodeId
+from xdist.remote import Producer
+from xdist.scheduler import LoadScopeScheduling
+from xdist.workermanage import WorkerController
+
+DURATIONS = Path(__file__).with_name("durations.json")
+DISRUPTIVE = "disruptive"
+# Tests (by path prefix) sharing a session fixture too costly to start on several workers.
+SHARED_SETUP = {
+    "tests/superset/": "superset",
+    "tests/connectors/test_oar": "connect",
+    "tests/connectors/test_connector_files.py": "connect",
+    "tests/helm/": "helm",
+}
+
+
+def unit_of(nodeid: str) -> str:
+    """The work unit of a test: see the module's docstring."""
+    if nodeid.endswith(f"@{DISRUPTIVE}"):
+        return DISRUPTIVE
+    path = nodeid.split("::", 1)[0]
+    return next((unit for start, unit in SHARED_SETUP.items() if path.startswith(start)), path)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker(DISRUPTIVE):
+            item._id = NodeId.parse(f"{item.nodeid}@{DISRUPTIVE}")
+
+
+class SuiteScheduling(LoadScopeScheduling):
+    """xdist's loadscope over the units above, the heaviest first, the disruptive one alone."""
+
+    def __init__(self, config: pytest.Config, log: Producer | None = None) -> None:
+        super().__init__(config, log)
+        self.weights: dict[str, float] = json.loads(DURATIONS.read_text())
+        self.unknown = statistics.median(self.weights.values()) if self.weights else 1.0
+
+    def weight(self, unit: str) -> float:
+        return float("inf") if unit == DISRUPTIVE else self.weights.get(unit, self.unknown)
+
+    def _split_scope(self, nodeid: str) -> str:
+        return unit_of(nodeid)
+
+    def _assign_work_unit(self, node: WorkerController) -> None:
+        heaviest = max(self.workqueue, key=self.weight)
+        self.workqueue.move_to_end(heaviest, last=False)
+        super()._assign_work_unit(node)
+        if heaviest == DISRUPTIVE:
+            node.shutdown()  # the worker ends after this unit and takes nothing else
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> SuiteScheduling | None:
+    return SuiteScheduling(config, log) if config.getvalue("dist") == "loadscope" else None
+
+
+def durations_from_junit(path: Path) -> dict[str, float]:
+    """Seconds per work unit in a `--junitxml` report (setup, call and teardown)."""
+    totals: dict[str, float] = defaultdict(float)
+    for case in ET.parse(path).getroot().iter("testcase"):
+        module = case.get("classname", "").split("@")[0]
+        # classname: tests.api.test_fuzz (the module) or tests.api.test_x.TestClass
+        parts = module.split(".")
+        while parts and not parts[-1].startswith("test_"):
+            parts.pop()
+        disruptive = case.get("name", "").endswith(f"@{DISRUPTIVE}")
+        unit = unit_of("/".join(parts) + ".py" + (f"::@{DISRUPTIVE}" if disruptive else ""))
+        totals[unit] += float(case.get("time", "0"))
+    return {unit: round(seconds, 1) for unit, seconds in sorted(totals.items())}
+
+
+if __name__ == "__main__":
+    DURATIONS.write_text(json.dumps(durations_from_junit(Path(sys.argv[1])), indent=1) + "\n")
