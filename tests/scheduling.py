@@ -5,10 +5,10 @@ set-up: a test module, or a folder whose tests share a costly session fixture (S
 Kafka Connect, kube-apiserver). Units go out heaviest first (tests/durations.json, measured
 seconds per unit; `python -m tests.scheduling JUNIT_XML` rewrites it from a run's
 `--junitxml`), so the long ones do not start last. Tests marked `disruptive` (they stop, kill
-or freeze the stack's Kafka or ClickHouse) form one unit that gets a worker, and so a stack,
-of its own: no other test inherits their restarts and rebalances. Their ids end in
-`@disruptive`, as xdist's loadgroup would name them (its own renaming no longer reaches
-pytest 9's node ids).
+or freeze the stack's Kafka or ClickHouse) form one unit, the last one of the first worker:
+once its share of the other units is done, it runs them and takes nothing after, so no other
+test inherits their restarts and consumer-group rebalances. Their ids end in `@disruptive`,
+as xdist's loadgroup would name them (its own renaming no longer reaches pytest 9's node ids).
 
 Loaded by tests/conftest.py; without xdist it changes nothing but those ids.
 """
@@ -55,24 +55,39 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 class SuiteScheduling(LoadScopeScheduling):
-    """xdist's loadscope over the units above, the heaviest first, the disruptive one alone."""
+    """xdist's loadscope over the units above, the heaviest first, the disruptive one last."""
 
     def __init__(self, config: pytest.Config, log: Producer | None = None) -> None:
         super().__init__(config, log)
         self.weights: dict[str, float] = json.loads(DURATIONS.read_text())
         self.unknown = statistics.median(self.weights.values()) if self.weights else 1.0
+        self.given: dict[str, float] = defaultdict(float)  # seconds of units sent, per worker
+        self.share = 0.0
 
     def weight(self, unit: str) -> float:
-        return float("inf") if unit == DISRUPTIVE else self.weights.get(unit, self.unknown)
+        return self.weights.get(unit, self.unknown)
 
     def _split_scope(self, nodeid: str) -> str:
         return unit_of(nodeid)
 
+    def _next_unit(self, worker: str) -> str:
+        """The heaviest unit left. On the first worker, while the disruptive unit waits: the
+        heaviest that leaves room for it in the worker's share, then the disruptive one; on
+        any worker, the disruptive one when nothing else is left."""
+        if not self.share:
+            self.share = sum(map(self.weight, self.workqueue)) / len(self.nodes)
+        others = [unit for unit in self.workqueue if unit != DISRUPTIVE]
+        if DISRUPTIVE in self.workqueue and worker == "gw0":
+            room = self.share - self.given[worker] - self.weight(DISRUPTIVE)
+            others = [unit for unit in others if self.weight(unit) <= room]
+        return max(others, key=self.weight, default=DISRUPTIVE)
+
     def _assign_work_unit(self, node: WorkerController) -> None:
-        heaviest = max(self.workqueue, key=self.weight)
-        self.workqueue.move_to_end(heaviest, last=False)
+        unit = self._next_unit(node.gateway.id)
+        self.given[node.gateway.id] += self.weight(unit)
+        self.workqueue.move_to_end(unit, last=False)
         super()._assign_work_unit(node)
-        if heaviest == DISRUPTIVE:
+        if unit == DISRUPTIVE:
             node.shutdown()  # the worker ends after this unit and takes nothing else
 
 
