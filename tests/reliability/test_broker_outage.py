@@ -49,6 +49,8 @@ CLOSED = re.compile(
     r"\((\d+) readings\) dropped; (\d+) kept in the spool"
 )
 
+MAYBE_DUPLICATED = re.compile(r"\((\d+) of them might have been delivered already")
+
 
 @dataclass(frozen=True)
 class Closed:
@@ -147,14 +149,26 @@ def series(admin: Client, prefix: str) -> dict[str, list[tuple[int, str, float]]
 
 
 def assert_stored_once(
-    admin: Client, bootstrap: str, prefix: str, readings: int, down_us: int
+    admin: Client,
+    bootstrap: str,
+    prefix: str,
+    readings: int,
+    down_us: int,
+    maybe_duplicated: int = 0,
 ) -> None:
-    """`readings` readings of the prefix's devices in Kafka, each once, and in ClickHouse,
-    each once for readers (FINAL) and, in storage, once too but for the block ClickHouse's
-    Kafka engine had consumed and not committed when the broker went away at `down_us`: it
-    reads that one again (the consumer's at-least-once, not the producer's)."""
+    """`readings` readings of the prefix's devices in Kafka, each once but for at most
+    `maybe_duplicated` messages (a producer stopped while sending them keeps them and sends
+    them again: producers/README.md, "Shutdown") which may be there twice; in ClickHouse,
+    each once for readers (FINAL) and, in storage, once too but for those copies and the block
+    ClickHouse's Kafka engine had consumed and not committed when the broker went away at
+    `down_us`: it reads that one again (the consumer's at-least-once)."""
     copies = kafka_reading_copies(bootstrap, prefix)
-    assert sum(copies.values()) == len(copies) == readings, "the producer sent a reading twice"
+    assert len(copies) == readings, f"{len(copies)} readings in Kafka, {readings} published"
+    twice = {(device, t) for (device, _, t), n in copies.items() if n > 1}
+    assert max(copies.values()) <= 2 and len(twice) <= maybe_duplicated, (
+        f"the producer sent {len(twice)} messages twice (at most {max(copies.values())} "
+        f"copies); {maybe_duplicated} were reported as maybe delivered at its shutdown"
+    )
     wait_until(
         lambda: counts(admin, prefix)[1] >= readings,
         90,
@@ -279,7 +293,9 @@ def test_producer_stopped_while_the_broker_is_down_loses_nothing(
         down_us = stop_until_spilled(broker, first, 30)
         stopped_us = int(time.time() * 1e6)
         first.stop(timeout=30)
-        first_account = closed(first.log_file.read_text())
+        first_log = first.log_file.read_text()
+        first_account = closed(first_log)
+        maybe_duplicated = int(MAYBE_DUPLICATED.findall(first_log)[-1])
         assert first_account.messages_kept > 100
         services.start_kafka(clickhouse)
         second = start_producer(clickhouse, tmp_path / "devices.yaml", name, spool, **settings)
@@ -304,7 +320,9 @@ def test_producer_stopped_while_the_broker_is_down_loses_nothing(
     published = first_account.readings_published + second_account.readings_published
     delivered = first_account.readings_delivered + second_account.readings_delivered
     assert delivered == published
-    assert_stored_once(admin, clickhouse.kafka_bootstrap, prefix, published, down_us)
+    assert_stored_once(
+        admin, clickhouse.kafka_bootstrap, prefix, published, down_us, maybe_duplicated
+    )
     by_device = series(admin, prefix)
     assert sorted(by_device) == devices
     skipped = reported_skips(log, period_us)
