@@ -23,6 +23,7 @@ from stack.config import REPO_ROOT
 from tests.conftest import wait_for_rollups
 from tests.superset.conftest import (
     COLUMNS,
+    SECONDS,
     Scene,
     SupersetUnderTest,
     dataset_query,
@@ -121,10 +122,13 @@ def test_job_dashboard_draws_the_job_and_its_energy_equals_the_api(
 
 
 def test_devices_dashboard_draws_collection_health(
-    superset_app: SupersetUnderTest, scene: Scene, chromium: None
+    superset_app: SupersetUnderTest, scene: Scene, chromium: None, admin_client: Client
 ) -> None:
     """Readings per second, ingest errors with their reason, devices that stopped reporting
-    (the scene's readings are minutes old: stale), the explorer, the producers' readings."""
+    (the scene's readings are minutes old: stale), the explorer, the producers' readings.
+    "Readings stored per second" reads the 1-minute rollup, refreshed every 10 s: the scene's
+    readings are awaited there first (a loaded run drew it before their refresh, empty)."""
+    wait_for_rollups(admin_client, scene.nodes[0], 3 * (SECONDS + 1))
     screenshot = superset_app.stack.state_dir / "superset" / "devices-dashboard.png"
     seen = browse(superset_app, "/superset/dashboard/jobscope-devices/", screenshot)
     assert not not_drawn(seen), not_drawn(seen)
