@@ -243,7 +243,7 @@ def test_broker_down_past_the_clients_backoff_under_load_loses_nothing(
         up_us = int(time.time() * 1e6)
         wait_until(
             lambda: newest_us(admin, prefix) > up_us + 2e6,
-            60,
+            120,  # the engine's consumers rejoin, then the spool replays first: >60 s once
             "readings polled after the broker came back, from every device",
         )
         wait_until(
