@@ -29,8 +29,9 @@ from connectors.worker import CONNECTORS_DIR, JAR_CACHE, LOG4J_CONFIG, escape_pr
 from kafka.security import KafkaClientSettings
 from stack import secrets
 from stack.config import REPO_ROOT
-from stack.processes import KAFKA_STARTING, ManagedProcess, wait_until
+from stack.processes import ManagedProcess
 from stack.topics import JOBS, OAR_CHANGES, READINGS
+from stack.transient import KAFKA_STARTING
 
 MAIN = "org.apache.kafka.connect.mirror.MirrorMaker"
 
@@ -227,15 +228,13 @@ class MirrorMaker:
         proc = self.process()
         if not proc.is_running():
             proc.start(self.command())
-        wait_until(
-            lambda: not proc.is_running() or (self.copies_exist() and self.copying()),
+        proc.wait_ready(
+            lambda: self.copies_exist() and self.copying(),
             timeout,
             f"MirrorMaker copying into {', '.join(self.settings.mirrored())}",
             0.5,
-            transient=KAFKA_STARTING,
+            KAFKA_STARTING,
         )
-        if not proc.is_running():
-            raise RuntimeError(f"MirrorMaker exited: see {proc.log_file}")
 
     def stop(self) -> None:
         self.process().stop(timeout=30)

@@ -130,14 +130,12 @@ class OarDatabase:
             ports=[("127.0.0.1", self.port)],
         )
         proc = self.process()
-        wait_until(
-            lambda: not proc.is_running() or self._accepts(),
+        proc.wait_ready(
+            self._accepts,
             60,
             f"PostgreSQL on 127.0.0.1:{self.port}",
             transient=(psycopg.OperationalError,),  # refused, or "the database system is starting"
         )
-        if not proc.is_running():
-            raise RuntimeError(f"PostgreSQL exited: see {proc.log_file}")
         with self.connect("postgres") as conn:
             query = "SELECT 1 FROM pg_database WHERE datname = %s"
             if conn.execute(query, (DATABASE,)).fetchone() is None:

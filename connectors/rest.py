@@ -11,7 +11,8 @@ from typing import Any
 
 import httpx
 
-from stack.processes import STARTING, wait_until
+from stack.processes import wait_until
+from stack.transient import STARTING
 
 PLACEHOLDER = re.compile(r"\$\{([A-Z0-9_]+)\}")
 

@@ -25,7 +25,8 @@ from connectors import maven
 from kafka.security import KafkaClientSettings
 from stack import secrets
 from stack.config import REPO_ROOT
-from stack.processes import STARTING, ManagedProcess, wait_until
+from stack.processes import ManagedProcess
+from stack.transient import STARTING
 
 CONNECTORS_DIR = REPO_ROOT / "connectors"
 # One directory per plugin, each filled by Maven from plugins/<plugin>/pom.xml.
@@ -170,14 +171,7 @@ class Worker:
                 ],
                 ports=[(self.host, self.rest_port)],
             )
-        wait_until(
-            lambda: not proc.is_running() or self.is_ready(),
-            timeout,
-            f"Kafka Connect {self.url}",
-            transient=STARTING,
-        )
-        if not proc.is_running():
-            raise RuntimeError(f"Kafka Connect {self.name} exited: see {proc.log_file}")
+        proc.wait_ready(self.is_ready, timeout, f"Kafka Connect {self.url}", transient=STARTING)
 
     def stop(self) -> None:
         self.process().stop(timeout=30)

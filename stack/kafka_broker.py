@@ -34,7 +34,8 @@ from confluent_kafka.admin import (
 from kafka.security import KafkaClientSettings, scram_jaas
 from stack import secrets
 from stack.config import REPO_ROOT, StackSettings
-from stack.processes import KAFKA_STARTING, ManagedProcess, wait_until
+from stack.processes import ManagedProcess, wait_until
+from stack.transient import KAFKA_STARTING
 
 KAFKA_DIR = REPO_ROOT / "kafka"
 # The SCRAM users of a SASL stack and the secrets.env variable of each one's password.

@@ -15,23 +15,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-import httpx
-from clickhouse_connect.driver.exceptions import OperationalError
-from confluent_kafka import KafkaException
-
 from stack import secrets
 
 T = TypeVar("T")
-
-# Errors of a server that is still starting (or restarting): they are retried by the checks
-# that declare them; any other exception a check raises fails the wait at once.
-STARTING: tuple[type[Exception], ...] = (OSError, httpx.TransportError)
-"""A TCP or HTTP server still starting: refused, reset or timed-out connections (urllib's and
-requests' errors are OSErrors; httpx's are its TransportError)."""
-KAFKA_STARTING: tuple[type[Exception], ...] = (*STARTING, KafkaException)
-"""A Kafka broker (or its group coordinator) still starting, as well as `STARTING`."""
-CLICKHOUSE_STARTING: tuple[type[Exception], ...] = (*STARTING, OperationalError)
-"""ClickHouse's HTTP interface not answering yet (clickhouse_connect's OperationalError)."""
 
 _REPR_MAX = 300
 
@@ -41,7 +27,7 @@ def wait_until(
     timeout: float,
     what: str,
     interval: float = 0.2,
-    transient: tuple[type[Exception], ...] = (),
+    transient: tuple[type[Exception], ...] = (),  # stack/transient.py
 ) -> T:
     """Poll `check` every `interval` s until it returns a truthy value, and return that value.
 
@@ -184,6 +170,20 @@ class ManagedProcess:
             )
         secrets.write_private(self.pid_file, f"{proc.pid} {_identity(proc.pid)}\n")
         return proc.pid
+
+    def wait_ready(
+        self,
+        check: Callable[[], object],
+        timeout: float,
+        what: str,
+        interval: float = 0.2,
+        transient: tuple[type[Exception], ...] = (),
+    ) -> None:
+        """`wait_until(check, ...)`, cut short when the process exits: a process that died
+        starting fails at once with its log's path, not at the timeout."""
+        wait_until(lambda: not self.is_running() or check(), timeout, what, interval, transient)
+        if not self.is_running():
+            raise RuntimeError(f"{self.name} exited before {what}: see {self.log_file}")
 
     def stop(self, timeout: float = 20.0, sig: int = signal.SIGTERM) -> None:
         """Send `sig` to the process group, escalate to SIGKILL after `timeout`."""

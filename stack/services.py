@@ -20,7 +20,8 @@ from clickhouse_connect.driver.client import Client
 from clickhouse.migrate import MigrationSettings, apply_migrations, connect
 from stack import kafka_broker, secrets, topics
 from stack.config import REPO_ROOT, StackSettings
-from stack.processes import KAFKA_STARTING, STARTING, ManagedProcess, free_port, wait_until
+from stack.processes import ManagedProcess, free_port, wait_until
+from stack.transient import KAFKA_STARTING, STARTING
 
 log = logging.getLogger("jobscope.stack")
 
@@ -343,11 +344,7 @@ def start_simulators(settings: StackSettings, timeout: float = 300.0) -> None:
         env=component_env(settings, "simulators"),
         cwd=REPO_ROOT,
     )
-    wait_until(
-        lambda: ready.exists() or not proc.is_running(), timeout, "the simulated devices", 0.5
-    )
-    if not proc.is_running():
-        raise RuntimeError(f"the simulated devices did not start: see {proc.log_file}")
+    proc.wait_ready(ready.exists, timeout, "the simulated devices to be ready", 0.5)
 
 
 def simulators_ready_file(settings: StackSettings) -> Path:

@@ -25,7 +25,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from stack import secrets
 from stack.config import REPO_ROOT, StackSettings
-from stack.processes import STARTING, ManagedProcess, wait_until
+from stack.processes import ManagedProcess
+from stack.transient import STARTING
 
 SUPERSET_DIR = REPO_ROOT / "superset"
 BUNDLE_DIR = SUPERSET_DIR / "bundle"
@@ -235,15 +236,9 @@ def serve(stack: StackSettings, settings: SupersetSettings, timeout: float = 120
         cwd=home(stack),
         ports=[(settings.host, settings.port)],
     )
-    wait_until(
-        lambda: not proc.is_running() or _healthy(settings.url),
-        timeout,
-        f"Superset on {settings.url}",
-        0.5,
-        transient=STARTING,
+    proc.wait_ready(
+        lambda: _healthy(settings.url), timeout, f"Superset on {settings.url}", 0.5, STARTING
     )
-    if not proc.is_running():
-        raise RuntimeError(f"Superset did not start: see {proc.log_file}")
 
 
 def start(stack: StackSettings, settings: SupersetSettings) -> None:

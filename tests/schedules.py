@@ -65,6 +65,15 @@ def assert_every_tick(
     assert not untrue, f"{what}: reported skipped, yet stamped: {_instants(untrue, period_us)}"
 
 
+def assert_unbroken(stamps: list[int], period_us: int, log: str, group: str) -> list[int]:
+    """`assert_every_tick` from the series' first tick to its last, with the skips `group`
+    reported in `log`; the series' ticks."""
+    ticks = ticks_of(stamps, period_us)
+    skipped = reported_skips(log, period_us).get(group, set())
+    assert_every_tick(stamps, period_us, [(ticks[0], ticks[-1])], skipped, group)
+    return ticks
+
+
 def _instants(ticks: list[int], period_us: int, most: int = 20) -> str:
     shown = ", ".join(str(tick * period_us) for tick in ticks[:most])
     return shown + (f" and {len(ticks) - most} more" if len(ticks) > most else "")

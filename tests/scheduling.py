@@ -99,14 +99,12 @@ def durations_from_junit(path: Path) -> dict[str, float]:
     """Seconds per work unit in a `--junitxml` report (setup, call and teardown)."""
     totals: dict[str, float] = defaultdict(float)
     for case in ET.parse(path).getroot().iter("testcase"):
-        module = case.get("classname", "").split("@")[0]
         # classname: tests.api.test_fuzz (the module) or tests.api.test_x.TestClass
-        parts = module.split(".")
+        parts = case.get("classname", "").split(".")
         while parts and not parts[-1].startswith("test_"):
             parts.pop()
-        disruptive = case.get("name", "").endswith(f"@{DISRUPTIVE}")
-        unit = unit_of("/".join(parts) + ".py" + (f"::@{DISRUPTIVE}" if disruptive else ""))
-        totals[unit] += float(case.get("time", "0"))
+        nodeid = f"{'/'.join(parts)}.py::{case.get('name', '')}"  # a disruptive name ends @...
+        totals[unit_of(nodeid)] += float(case.get("time", "0"))
     return {unit: round(seconds, 1) for unit, seconds in sorted(totals.items())}
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.schedules import assert_every_tick, reported_skips, ticks_of
+from tests.schedules import assert_every_tick, assert_unbroken, reported_skips, ticks_of
 
 PERIOD_US = 200_000
 SERIES = [t * PERIOD_US + 1_000 for t in range(100, 110)]
@@ -55,3 +55,10 @@ def test_a_tick_reported_skipped_yet_stamped_fails() -> None:
 def test_a_tick_stamped_twice_fails() -> None:
     with pytest.raises(AssertionError, match="ticks stamped twice: 20000000"):
         ticks_of([*SERIES, 100 * PERIOD_US + 5_000], PERIOD_US)
+
+
+def test_a_series_is_unbroken_from_its_first_tick_to_its_last_but_for_reported_skips() -> None:
+    gapped = [t for t in SERIES if t // PERIOD_US not in (103, 104)]
+    assert assert_unbroken(gapped, PERIOD_US, LOG, "node-a") == [100, 101, 102, *range(105, 110)]
+    with pytest.raises(AssertionError, match="2 tick"):
+        assert_unbroken(gapped, PERIOD_US, LOG, "node-b")  # its report is of another tick

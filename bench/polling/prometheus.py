@@ -47,8 +47,9 @@ from bench.polling.producer import start_producer, tail
 from bench.polling.topic import ReadingsCounter
 from bench.systems.base import dpkg_version
 from stack.config import REPO_ROOT
-from stack.processes import STARTING, free_port, stop_child, wait_until
+from stack.processes import free_port, stop_child, wait_until
 from stack.simulators.node_exporter import NodeExporter
+from stack.transient import STARTING
 
 log = logging.getLogger("bench.prometheus")
 

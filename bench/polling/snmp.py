@@ -50,8 +50,9 @@ from bench.polling.kwollect import KWOLLECT_TABLES, kwollect_venv
 from bench.polling.producer import start_producer, tail
 from bench.polling.topic import ReadingsCounter
 from bench.systems.base import dpkg_version
-from stack.processes import STARTING, free_port, stop_child, wait_until
+from stack.processes import free_port, stop_child, wait_until
 from stack.simulators.snmpd import Snmpd
+from stack.transient import STARTING
 
 log = logging.getLogger("bench.snmp")
 

@@ -24,7 +24,8 @@ from bench.systems.base import (
     dpkg_version,
     run_parallel,
 )
-from stack.processes import STARTING, free_port, wait_until
+from stack.processes import free_port, wait_until
+from stack.transient import STARTING
 
 BINARY = "victoria-metrics"
 CSV_FORMAT = "1:time:unix_ms,2:label:device,3:label:__name__,4:metric:value"

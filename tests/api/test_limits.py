@@ -31,7 +31,8 @@ from clickhouse_connect.driver.client import Client
 
 from stack import services
 from stack.config import REPO_ROOT, StackSettings
-from stack.processes import STARTING, free_port, wait_until
+from stack.processes import free_port, wait_until
+from stack.transient import STARTING
 
 LIMITS = {
     "JOBSCOPE_MAX_DEVICES": "3",

@@ -25,7 +25,8 @@ import pytest
 from producers.reading import Reading
 from stack import services
 from stack.config import REPO_ROOT, StackSettings
-from stack.processes import STARTING, ManagedProcess, free_port, wait_until
+from stack.processes import ManagedProcess, free_port, wait_until
+from stack.transient import STARTING
 from tests.api.conftest import Listener
 
 ALIAS = "_device_alias"

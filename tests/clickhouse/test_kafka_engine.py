@@ -13,11 +13,13 @@ from collections.abc import Callable
 import pytest
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import DatabaseError
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from stack import topics
 from stack.config import StackSettings
-from stack.processes import KAFKA_STARTING, wait_until
+from stack.processes import wait_until
+from stack.transient import KAFKA_STARTING
 
 
 def test_kafka_table_consumes_a_topic(clickhouse: StackSettings, admin_client: Client) -> None:
@@ -36,7 +38,7 @@ def test_kafka_table_consumes_a_topic(clickhouse: StackSettings, admin_client: C
     )
     assert admin_client.command(f"SELECT sum(n) FROM {name}_dest") == sum(range(100))
     wait_until(
-        lambda: _committed(clickhouse.kafka_bootstrap, name) == 100,
+        lambda: topics.consumer_lag(clickhouse.kafka_bootstrap, name, name) == 0,
         30,
         "the engine to commit the offsets of the 100 messages",
         transient=KAFKA_STARTING,  # the group's coordinator may still be loading
@@ -76,17 +78,6 @@ def _create_pipeline(client: Client, bootstrap: str, name: str, dest: str) -> No
 def _drop_pipeline(client: Client, name: str) -> None:
     for statement in (f"DROP VIEW {name}_mv", f"DROP TABLE {name}_queue"):
         _within(20.0, lambda statement=statement: client.command(statement), statement)
-
-
-def _committed(bootstrap: str, group: str) -> int:
-    """The sum of the offsets consumer group `group` committed on topic `group`."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
-    try:
-        partitions = consumer.list_topics(group, timeout=10).topics[group].partitions
-        offsets = consumer.committed([TopicPartition(group, p) for p in partitions], 10)
-        return sum(max(tp.offset, 0) for tp in offsets)
-    finally:
-        consumer.close()
 
 
 def _within(seconds: float, action: Callable[[], object], what: str) -> None:

@@ -10,7 +10,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from stack.processes import STARTING, ManagedProcess, wait_until
+from stack.processes import ManagedProcess, wait_until
+from stack.transient import STARTING
 from tests import ports
 from tests.helm.helm_tools import Cluster, tool
 

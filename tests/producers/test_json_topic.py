@@ -28,7 +28,8 @@ from producers.publisher import Publisher
 from producers.reading import Reading
 from stack import secrets, services, topics
 from stack.config import REPO_ROOT, StackSettings
-from stack.processes import KAFKA_STARTING, wait_until
+from stack.processes import wait_until
+from stack.transient import KAFKA_STARTING
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from producers.runtime import build_groups, plan
 from stack import services
 from stack.config import StackSettings
 from stack.processes import wait_until
-from tests.schedules import assert_every_tick, reported_skips, ticks_of
+from tests.schedules import assert_unbroken
 
 
 def _stamps(reader: Client, device_id: str, metric_id: str, since_us: int = 0) -> list[int]:
@@ -42,9 +42,7 @@ def _count(reader: Client, device_id: str, metric_id: str, since_us: int = 0) ->
 def _assert_period(stamps: list[int], period_us: int, log: str, device_id: str) -> None:
     """`stamps` are one per tick of `period_us`, every tick from the first to the last but
     those the producer reported skipped (tests/schedules.py): not polled at another period."""
-    ticks = ticks_of(stamps, period_us)
-    skipped = reported_skips(log, period_us).get(device_id, set())
-    assert_every_tick(stamps, period_us, [(ticks[0], ticks[-1])], skipped, device_id)
+    assert_unbroken(stamps, period_us, log, device_id)
 
 
 def _now_us() -> int:

@@ -25,9 +25,10 @@ from producers.reading import Reading
 from producers.runtime import now_us
 from stack import services
 from stack.config import StackSettings
-from stack.processes import KAFKA_STARTING, free_port, wait_until
+from stack.processes import free_port, wait_until
+from stack.transient import KAFKA_STARTING
 from tests.conftest import new_topic
-from tests.schedules import assert_every_tick, reported_skips, ticks_of
+from tests.schedules import assert_every_tick, assert_unbroken, reported_skips, ticks_of
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SELF_DEVICE = "jobscope-producer-0"
@@ -353,10 +354,7 @@ def test_healthy_devices_publish_every_aligned_tick(
     """Beside a hung, a failing and a flapping device, every tick is published but those
     the producer reported skipped (tests/schedules.py)."""
     stamps = _stamps(run, device_id, first_metric)
-    ticks = ticks_of(stamps, period_us)
-    assert len(ticks) >= 5
-    skipped = reported_skips(run.log, period_us).get(device_id, set())
-    assert_every_tick(stamps, period_us, [(ticks[0], ticks[-1])], skipped, device_id)
+    assert len(assert_unbroken(stamps, period_us, run.log, device_id)) >= 5
 
 
 def test_hung_and_failing_devices_publish_nothing_and_are_logged_once(run: Run) -> None:
@@ -509,9 +507,7 @@ def test_broker_restart_loses_no_reading(
     log = log_file.read_text()
     assert len(reader.messages) == _final_counts(log)[0], log
     stamps = [m.timestamp_us for m in reader.messages]
-    ticks = ticks_of(stamps, PERIOD_US)  # none arrived twice
-    skipped = reported_skips(log, PERIOD_US).get("node-r", set())
-    assert_every_tick(stamps, PERIOD_US, [(ticks[0], ticks[-1])], skipped, "node-r")
+    ticks = assert_unbroken(stamps, PERIOD_US, log, "node-r")  # none arrived twice either
     assert (down_until - down_from) // PERIOD_US >= 10  # the outage spanned many ticks
     assert ticks[0] * PERIOD_US < down_from and ticks[-1] * PERIOD_US > down_until
     assert_tester_values(reader)

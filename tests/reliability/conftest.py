@@ -8,13 +8,14 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import httpx
 import pytest
 from clickhouse_connect.driver.client import Client
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
+from api.params import to_us
 from producers.message import pack, unpack
 from producers.reading import Reading
 from stack import services
@@ -22,7 +23,6 @@ from stack.config import StackSettings
 from stack.processes import wait_until
 
 Key = tuple[str, str, int]  # device_id, metric_id, timestamp_us
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class LoadGenerator(threading.Thread):
@@ -241,7 +241,7 @@ def assert_exactly_once(
 
 def _timestamp_us(iso: str) -> int:
     """Microseconds since the epoch of a timestamp as the API writes it (with its offset)."""
-    return (datetime.fromisoformat(iso) - EPOCH) // timedelta(microseconds=1)
+    return to_us(datetime.fromisoformat(iso).astimezone(UTC).replace(tzinfo=None))
 
 
 @pytest.fixture

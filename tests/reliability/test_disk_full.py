@@ -29,7 +29,8 @@ from clickhouse.migrate import MigrationSettings
 from producers.message import unpack
 from stack import services, topics
 from stack.config import REPO_ROOT, StackSettings
-from stack.processes import CLICKHOUSE_STARTING, wait_until
+from stack.processes import wait_until
+from stack.transient import CLICKHOUSE_STARTING
 from tests import ports
 
 from .conftest import Key, LoadGenerator

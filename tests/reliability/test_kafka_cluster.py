@@ -29,7 +29,8 @@ from producers.publisher import CloseResult, Publisher
 from producers.reading import Reading
 from stack import kafka_broker, services, topics
 from stack.config import StackSettings
-from stack.processes import KAFKA_STARTING, wait_until
+from stack.processes import wait_until
+from stack.transient import KAFKA_STARTING
 from tests import ports
 
 from .conftest import kafka_reading_copies

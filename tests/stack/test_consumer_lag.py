@@ -11,7 +11,8 @@ from producers.message import pack
 from producers.reading import Reading
 from stack import services, topics
 from stack.config import StackSettings
-from stack.processes import KAFKA_STARTING, wait_until
+from stack.processes import wait_until
+from stack.transient import KAFKA_STARTING
 from tests.conftest import new_topic
 
 

@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from stack.processes import STARTING, wait_until
+from stack.processes import wait_until
+from stack.transient import STARTING
 
 
 def test_the_first_truthy_value_is_returned() -> None:
