@@ -25,14 +25,20 @@ JSON_ENV := $(if $(filter 1,$(JSON_TOPIC)),JOBSCOPE_JSON_TOPIC=readings-json,$(i
 # existing one keeps the mode it was started with unless KAFKA_SASL is given.
 KAFKA_SASL ?= $(if $(wildcard $(CURDIR)/state/kafka/data/meta.properties),,true)
 KAFKA_ENV := $(if $(KAFKA_SASL),JOBSCOPE_KAFKA_SASL=$(KAFKA_SASL),)
+# `make up AUTH=oidc`: also a local OpenID Connect provider (Keycloak) with demo users, the API
+# trusting it under the `jobs` read policy; READ_POLICY=open|authenticated|jobs chooses another.
+AUTH ?=
+READ_POLICY ?= $(if $(filter oidc,$(AUTH)),jobs,)
+AUTH_ENV := $(if $(AUTH),JOBSCOPE_AUTH=$(AUTH),) $(if $(READ_POLICY),JOBSCOPE_READ_POLICY=$(READ_POLICY),)
 DEVICES_ENV := $(if $(filter sample,$(DEVICES)),JOBSCOPE_DEVICES_FILE=$(CURDIR)/producers/config/sample JOBSCOPE_SIMULATORS=true,$(if $(DEVICES),JOBSCOPE_DEVICES_FILE=$(abspath $(DEVICES)),))
 
-.PHONY: help up down status connect test test-fast lint format bench system-deps venv reset superset superset-venv helm-tools test-helm
+.PHONY: oidc-provider help up down status connect test test-fast lint format bench system-deps venv reset superset superset-venv helm-tools test-helm
 
 help:
 	@echo "make up        start Kafka, ClickHouse, producers (demo fleet) and the API"
 	@echo "               DEVICES=sample: SNMP + IPMI samples on simulated devices; DEVICES=path: yours"
 	@echo "               JSON_TOPIC=1: also every reading as JSON on topic readings-json"
+	@echo "               AUTH=oidc: a local OpenID Connect provider with demo users (jobscope login)"
 	@echo "make superset  Superset dashboards on 127.0.0.1:8088 against the running stack"
 	@echo "make connect   Kafka Connect beside the running stack: OAR jobs by change data capture"
 	@echo "make down      stop them (data kept in state/)"
@@ -59,7 +65,7 @@ $(STAMP): requirements.txt pyproject.toml
 venv: $(STAMP)
 
 up: system-deps venv
-	$(DEVICES_ENV) $(JSON_ENV) $(KAFKA_ENV) $(PY) -m stack up
+	$(DEVICES_ENV) $(JSON_ENV) $(KAFKA_ENV) $(AUTH_ENV) $(PY) -m stack up
 
 down:
 	@if [ -x $(PY) ]; then $(PY) -m stack down; else echo "nothing to stop"; fi
@@ -69,8 +75,13 @@ status: venv
 
 # The three installs run side by side (each waits mostly on one core or on the network).
 test: system-deps
-	@$(MAKE) --no-print-directory -j 3 -O venv superset-venv helm-tools
+	@$(MAKE) --no-print-directory -j 3 -O venv superset-venv helm-tools oidc-provider
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
+
+# Keycloak (the tests' OpenID Connect provider, and `make up AUTH=oidc`'s): resolved by Maven,
+# built once into the user's cache directory (stack/oidc_provider.py).
+oidc-provider: venv
+	@$(PY) -m stack.oidc_provider
 
 # Kafka Connect beside the stack `make up` started (a local OAR database unless
 # JOBSCOPE_CONNECT_LOCAL_OAR_DB=false), its connectors (connectors/*.json) registered;

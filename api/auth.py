@@ -1,4 +1,5 @@
-"""Bearer tokens and their roles. Writes need a token; reads are open.
+"""Bearer tokens and their roles. Writes need a token; reads follow the read policy
+(JOBSCOPE_READ_POLICY: open by default, api/visibility.py).
 
 Static tokens are configured (`JOBSCOPE_ADMIN_TOKEN`, `JOBSCOPE_SCHEDULER_TOKEN`; `make up`
 generates both into state/secrets.env) and compared in constant time; any other token must
@@ -15,16 +16,20 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Annotated, Any
 
+from anyio import to_thread
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from api.config import ApiSettings
+from api.oidc import OidcVerifier, ProviderUnavailable, issuer_of, shown
 from api.revocations import NotLoaded
 from api.tokens import InvalidToken, Principal, Role, decode
 
 __all__ = ["Principal", "Role", "principal", "reads_guard"]
 
 MISSING = "missing bearer token (Authorization: Bearer ...)"
+OPEN_READS = ("/health", "/api/auth/oidc")
+"""Read under every policy: the API's health, and where to get a token (`jobscope login`)."""
 
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
 _bearer = HTTPBearer(auto_error=False, description="a jobscope token (see the README)")
@@ -60,6 +65,9 @@ def _identify(state: Any, token: str) -> Principal:
     role = _static_role(settings, token)
     if role is not None:
         return Principal(role.value, role)
+    issuer = issuer_of(token)
+    if issuer is not None:  # jobscope's own tokens name no issuer
+        return _from_provider(state, token, issuer)
     if settings.token_secret is None:
         raise HTTPException(401, "unknown token", _CHALLENGE)
     max_ttl = timedelta(days=settings.token_max_ttl_days)
@@ -74,6 +82,20 @@ def _identify(state: Any, token: str) -> Principal:
     if revoked:
         raise HTTPException(401, f"token revoked (jti {who.jti})", _CHALLENGE)
     return who
+
+
+def _from_provider(state: Any, token: str, issuer: str) -> Principal:
+    """An OpenID Connect access token of the site's provider (api/oidc.py)."""
+    verifier: OidcVerifier | None = state.oidc
+    if verifier is None or issuer != state.settings.oidc_issuer:
+        refusal = f"tokens of issuer {shown(issuer)} are not accepted here"
+        raise HTTPException(401, refusal, _CHALLENGE)
+    try:
+        return verifier.principal(token)
+    except InvalidToken as exc:
+        raise HTTPException(401, str(exc), _CHALLENGE) from None
+    except ProviderUnavailable as exc:
+        raise HTTPException(503, f"{exc}: try again shortly", _retry(5)) from None
 
 
 def _retry(seconds: int) -> dict[str, str]:
@@ -110,13 +132,19 @@ async def reads_guard(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> None:
-    """An app-wide dependency: with `JOBSCOPE_READS_NEED_TOKEN`, a read (GET) needs a valid
-    token of any role (401 otherwise); `/health` stays open. Writes check their own roles."""
+    """An app-wide dependency, the entry of the read policy (api/visibility.py): under
+    `authenticated` and `jobs` (JOBSCOPE_READ_POLICY), a read (GET) needs a valid token (401
+    otherwise), whose principal is kept on `request.state` for the route (which filters what
+    it answers by it); under `open` tokens are not looked at. OPEN_READS stay open. Writes
+    check their own roles."""
     settings: ApiSettings = request.app.state.settings
-    if not settings.reads_need_token or request.method not in ("GET", "HEAD"):
+    if settings.effective_read_policy == "open" or request.method not in ("GET", "HEAD"):
         return
-    if request.url.path == "/health":
+    if request.url.path in OPEN_READS:
         return
     if credentials is None:
         raise HTTPException(401, "reads need a token here (Authorization: Bearer ...)", _CHALLENGE)
-    authenticate(request.app.state, credentials.credentials, client_address(request))
+    # in a worker thread: a provider's keys may have to be read (api/oidc.py)
+    request.state.principal = await to_thread.run_sync(
+        authenticate, request.app.state, credentials.credentials, client_address(request)
+    )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import SettingsConfigDict
 
@@ -42,7 +44,76 @@ class ApiSettings(KafkaClientSettings):
     token_secret: SecretStr | None = Field(
         None, description="HS256 key of the signed tokens (api/tokens.py); unset: none accepted"
     )
-    reads_need_token: bool = Field(False, description="reads need a valid token of any role")
+    reads_need_token: bool = Field(
+        False,
+        description="reads need a valid token of any role: the same as read_policy="
+        "authenticated (kept for older settings; read_policy=jobs prevails)",
+    )
+    read_policy: Literal["open", "authenticated", "jobs"] = Field(
+        "open",
+        description="who reads what (docs/access.md): open, anyone reads everything; "
+        "authenticated, any valid token; jobs, each user their own jobs (and a project "
+        "manager its projects'), support, admin and scheduler everything",
+    )
+    members_read_project: bool = Field(
+        False,
+        description="under read_policy=jobs, every role that reads its own jobs also reads "
+        "the jobs of its projects",
+    )
+    audit_topic: str = Field(
+        "audit", description="reads of a job by others than its owner are recorded here"
+    )
+    oidc_issuer: str = Field(
+        "",
+        description="the site's OpenID Connect provider (its issuer URL): its access tokens "
+        "are accepted too; empty: only jobscope's own tokens",
+    )
+    oidc_audience: str = Field(
+        "jobscope", description="an OIDC access token must name this audience (`aud`)"
+    )
+    oidc_cli_client_id: str = Field(
+        "jobscope-cli",
+        description="the provider's public client that `jobscope login` uses (device grant)",
+    )
+    oidc_jwks_url: str = Field(
+        "", description="the provider's signing keys; empty: its discovery document's jwks_uri"
+    )
+    oidc_algorithms: list[str] = Field(
+        ["RS256", "RS384", "RS512", "PS256", "ES256", "ES384"],
+        description="signature algorithms accepted (never none, nor HS*: a public key is no "
+        "secret)",
+    )
+    oidc_leeway_s: float = Field(
+        30, ge=0, le=300, description="clock skew allowed on exp, nbf and iat"
+    )
+    oidc_jwks_cache_s: float = Field(
+        300,
+        gt=0,
+        description="the provider's keys are read again when this old: a key it retired is "
+        "refused at the latest then",
+    )
+    oidc_jwks_refresh_min_s: float = Field(
+        10,
+        ge=0,
+        description="a token signed by an unknown key reads the keys again, at most "
+        "this often (a rotation is picked up without restart)",
+    )
+    oidc_timeout_s: float = Field(5, gt=0, description="the wait for the provider's keys")
+    oidc_user_claim: str = Field(
+        "preferred_username", description="the claim naming the user (as jobs name it)"
+    )
+    oidc_projects_claim: str = Field(
+        "groups", description="the claim listing the user's projects (a leading / is dropped)"
+    )
+    oidc_roles_claim: str = Field(
+        "realm_access.roles",
+        description="the claim listing the user's roles (dotted: a path into the token)",
+    )
+    oidc_role_map: dict[str, str] = Field(
+        {},
+        description="provider role -> jobscope role (JSON), besides the roles named as "
+        "jobscope's; several: the strongest wins; none: user",
+    )
     token_max_ttl_days: float = Field(
         365, gt=0, description="longest lifetime of a signed token: longer ones are refused"
     )
@@ -184,6 +255,13 @@ class ApiSettings(KafkaClientSettings):
     max_body_bytes: int = Field(
         1024 * 1024, gt=0, description="a request body over this: 413 (pushes: push_max_body_bytes)"
     )
+
+    @property
+    def effective_read_policy(self) -> str:
+        """The read policy, the older reads_need_token counting as `authenticated`."""
+        if self.reads_need_token and self.read_policy == "open":
+            return "authenticated"
+        return self.read_policy
 
     @field_validator("admin_token", "scheduler_token", "token_secret", mode="before")
     @classmethod

@@ -20,17 +20,20 @@ from api.config import ApiSettings
 from api.errors import NotFound, ParameterError, error_parameter
 from api.kafka import KafkaPublisher, KafkaUnavailable
 from api.params import iso
-from api.queries.jobs import job_query, job_version_query
+from api.queries.jobs import ALL_JOBS, Condition, job_query, job_version_query
 from api.schemas import Job, JobCreate, JobFields
 
 _VISIBLE_POLL_S = 0.05
 log = logging.getLogger("jobscope.api")
 
 
-def get_job(client: Client, job_id: str, site: str | None = None) -> Job:
+def get_job(
+    client: Client, job_id: str, site: str | None = None, visible: Condition = ALL_JOBS
+) -> Job:
     """The job `job_id` at `site`; without a site, the one job of that id, which must be at
-    a single site (a central jobscope holds several sites' jobs, whose ids may clash)."""
-    sql, params = job_query(job_id, site)
+    a single site (a central jobscope holds several sites' jobs, whose ids may clash). Only
+    the `visible` jobs are looked at: another is not found (api/visibility.py)."""
+    sql, params = job_query(job_id, site, visible)
     jobs = [Job(**row) for row in client.query(sql, parameters=params).named_results()]
     if not jobs:
         raise NotFound(f"no job {job_id!r}" + ("" if site is None else f" at site {site!r}"))

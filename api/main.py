@@ -10,15 +10,18 @@ from fastapi import Depends, FastAPI
 from fastapi.routing import APIRoute
 
 from api import auth, errors
+from api.audit import Recorder
 from api.clickhouse import ClickHouseProvider
 from api.config import ApiSettings
 from api.kafka import KafkaPublisher
 from api.limits import BodyGuard, ExportSlots, FailedLogins
 from api.live.hub import ReadingsHub
 from api.live.ingested import IngestWatch
+from api.oidc import OidcVerifier
 from api.probes import HealthProbes
 from api.push_limits import PushLimits
 from api.revocations import Revocations
+from api.routes import auth as auth_routes
 from api.routes import dashboard, devices, health, jobs, kwollect, live, metrics, push, tokens
 
 
@@ -36,6 +39,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
             settings.retry_after_s,
         )
         app.state.kafka = KafkaPublisher(settings)
+        app.state.audit = Recorder(app.state.kafka, settings.audit_topic)
         app.state.revocations = Revocations(settings.kafka_client(), settings.revocations_topic)
         app.state.revocations.start()
         # signed tokens are refused (503) until the list is read; most starts take < 1 s
@@ -65,6 +69,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
         dependencies=[Depends(auth.reads_guard)],
     )
     app.state.settings = settings
+    app.state.oidc = OidcVerifier(settings) if settings.oidc_issuer else None
     app.state.failed_logins = FailedLogins(
         settings.auth_max_failures, settings.auth_failure_window_s, settings.auth_tracked_clients
     )
@@ -81,5 +86,6 @@ def create_app(settings: ApiSettings) -> FastAPI:
     app.include_router(devices.router)
     app.include_router(kwollect.router)
     app.include_router(dashboard.router)
+    app.include_router(auth_routes.router)
     app.include_router(health.router)
     return app

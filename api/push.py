@@ -4,8 +4,9 @@ per device and time, then published to the readings topic in the producers' wire
 What a pusher may write: readings of the nodes of its own running jobs, timed inside those
 jobs (from their start to their end, or to now + `push_max_ahead_s` while they run), never a
 label starting with `_` (reserved: `_device_alias` would sum the values into the power and
-energy of every job on the aliased node; the others are jobscope's own). An admin token may
-push for any device and time within the global window, but no reserved label either.
+energy of every job on the aliased node; the others are jobscope's own). An agent token
+pushes for the nodes its token declares at any time within the global window; an admin token
+for any device and time within it; neither a reserved label.
 
 A batch is all-or-nothing up to Kafka: every reading is checked before the first message
 is sent. Kafka has no transaction here, so if it fails half-way the messages it had
@@ -204,13 +205,19 @@ def authorise(
     readings: Sequence[Reading],
     settings: ApiSettings,
 ) -> None:
-    """Admin: any device and time (the global window, checked before). Pusher: only the nodes
-    of the user's own running jobs (Forbidden names the first other device), and only inside
-    those jobs' spans (ParameterError names the first reading outside)."""
+    """Admin: any device and time (the global window, checked before). Agent: the nodes its
+    token declares (`nodes`), at any time of that window. Pusher: only the nodes of the user's
+    own running jobs (Forbidden names the first other device), and only inside those jobs'
+    spans (ParameterError names the first reading outside)."""
     if who.role is Role.ADMIN:
         return
+    if who.role is Role.AGENT:
+        _agent_devices(who, readings)
+        return
     if who.role is not Role.PUSHER:
-        raise Forbidden(f"a token with role pusher or admin is required, not {who.role.value}")
+        raise Forbidden(
+            f"a token with role pusher, agent or admin is required, not {who.role.value}"
+        )
     spans = _spans(clickhouse, who.user, settings.push_max_ahead_s)
     for device in dict.fromkeys(r.device_id for r in readings):
         if device not in spans:
@@ -218,6 +225,14 @@ def authorise(
     for i, r in enumerate(readings):
         if not any(start <= r.timestamp_us <= end for start, end in spans[r.device_id]):
             raise ParameterError(f"readings[{i}].timestamp", _outside(r, who.user, spans))
+
+
+def _agent_devices(who: Principal, readings: Sequence[Reading]) -> None:
+    """An agent pushes for the nodes its token declares, at any time of the push window."""
+    declared = {device_name(node) for node in who.nodes}
+    for device in dict.fromkeys(r.device_id for r in readings):
+        if device not in declared:
+            raise Forbidden(f"device {device!r} is not a node of agent {who.user!r}'s token")
 
 
 def _outside(reading: Reading, user: str, spans: dict[str, list[tuple[int, int]]]) -> str:

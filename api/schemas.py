@@ -42,6 +42,16 @@ class ErrorBody(BaseModel):
     parameter: str | None = None
 
 
+class OidcProvider(BaseModel):
+    """Where `jobscope login` gets a token: the site's provider and what its tokens carry."""
+
+    issuer: str = Field(examples=["https://sso.example.org/realms/hpc"])
+    client_id: str = Field(
+        examples=["jobscope-cli"], description="the public client of the device grant"
+    )
+    audience: str = Field(examples=["jobscope"], description="the API's audience (`aud`)")
+
+
 class JobState(StrEnum):
     WAITING = "waiting"
     RUNNING = "running"
@@ -283,12 +293,25 @@ class PushAccepted(BaseModel):
 
 class TokenRequest(BaseModel):
     user: str = Field(min_length=1, examples=["alice"])
-    role: str = Field(examples=["pusher"], description="admin, scheduler, pusher or reader")
+    role: str = Field(
+        examples=["pusher"],
+        description="admin, scheduler, pusher, reader, user, project, support or agent",
+    )
     ttl_days: float = Field(
         30,
         gt=0,
         allow_inf_nan=False,
         description="validity from now, at most JOBSCOPE_TOKEN_MAX_TTL_DAYS (365)",
+    )
+    projects: list[str] = Field(
+        default_factory=list,
+        examples=[["p1"]],
+        description="the projects whose jobs a `project` token reads (docs/access.md)",
+    )
+    nodes: list[str] = Field(
+        default_factory=list,
+        examples=[["node-1"]],
+        description="the nodes an `agent` token pushes for",
     )
 
 

@@ -39,6 +39,7 @@ DISTRIBUTED = {
     "rollup_pending_1h": "rand()",
     "metrics_newest": "rand()",
     "jobs": "cityHash64(job_id)",
+    "audit_log": "cityHash64(job_id)",  # the admin's: its records from every host
 }
 
 # Code and the parts of a statement no rename may touch: string literals, quoted

@@ -27,6 +27,7 @@ from clickhouse_connect.driver.client import Client
 from pydantic import BeforeValidator, Field, SecretStr, StringConstraints
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from clickhouse.access import AccessControl, ReadPolicy, apply_access_control
 from clickhouse.cluster import ClusterLayout
 from stack.config import comma_separated
 from stack.topics import OAR_CHANGES
@@ -50,6 +51,9 @@ class MigrationSettings(BaseSettings):
     kafka_bootstrap: str = "127.0.0.1:9092"
     readings_topic: str = "readings"
     jobs_topic: str = "jobs"
+    audit_topic: str = Field(
+        "audit", description="reads of jobs by others than their owners (api/audit.py)"
+    )
     sites: Annotated[list[SiteName], NoDecode, BeforeValidator(comma_separated)] = Field(
         default_factory=list,
         description="a central ClickHouse of several sites: the sites whose mirrored topics "
@@ -83,6 +87,33 @@ class MigrationSettings(BaseSettings):
     clickhouse_local_suffix: str = Field(
         "_local", description="on a cluster: suffix of the tables behind the Distributed ones"
     )
+    read_policy: ReadPolicy = Field(
+        "open",
+        description="the site's read policy (as the API's): under `jobs`, SQL users of a real "
+        "server read only their own jobs and their projects' (row policies) and no readings "
+        "(docs/sql-users.md)",
+    )
+    clickhouse_access_control: bool = Field(
+        True,
+        description="create the SQL users' settings profile, quota, roles, grants and row "
+        "policies (clickhouse/access.py) on a server with a writable access storage; the "
+        "embedded engine has none and is skipped",
+    )
+    clickhouse_sql_readers: Annotated[list[str], NoDecode, BeforeValidator(comma_separated)] = (
+        Field(
+            default_factory=list,
+            description="existing ClickHouse users (created by SQL) given the role "
+            "jobscope_sql_reader and the profile jobscope_sql, comma-separated",
+        )
+    )
+    clickhouse_sql_services: Annotated[list[str], NoDecode, BeforeValidator(comma_separated)] = (
+        Field(
+            default_factory=list,
+            description="existing ClickHouse users of services that apply the read policy "
+            "themselves (Superset's) given the role jobscope_sql_service: every row, the same "
+            "profile; comma-separated",
+        )
+    )
 
     def subscribed(self, topic: str) -> list[str]:
         """The topics the consumer of `topic` reads: the sites' mirrored copies, or `topic`."""
@@ -96,6 +127,15 @@ class MigrationSettings(BaseSettings):
             local_suffix=self.clickhouse_local_suffix,
         )
 
+    def access_control(self) -> AccessControl:
+        return AccessControl(
+            database=self.clickhouse_database,
+            read_policy=self.read_policy,
+            layout=self.layout(),
+            readers=tuple(self.clickhouse_sql_readers),
+            services=tuple(self.clickhouse_sql_services),
+        )
+
     def placeholders(self) -> dict[str, str]:
         return {
             "KAFKA_BROKERS": self.kafka_bootstrap,
@@ -103,6 +143,7 @@ class MigrationSettings(BaseSettings):
             "JOBS_TOPIC": ",".join(self.subscribed(self.jobs_topic)),
             "READINGS_TOPIC_NAME": self.readings_topic,
             "JOBS_TOPIC_NAME": self.jobs_topic,
+            "AUDIT_TOPIC": self.audit_topic,
             "OAR_CHANGES_TOPIC": ",".join(self.subscribed(OAR_CHANGES.name)),
             "OAR_CHANGES_TOPIC_NAME": OAR_CHANGES.name,
             "CONSUMER_GROUP": self.consumer_group,
@@ -184,6 +225,8 @@ def apply_migrations(
             log.info("applied %s", name)
         client.insert("schema_migrations", [[name, checksum]], column_names=["name", "checksum"])
     ensure_retention(client, settings.retention_days, layout)
+    if settings.clickhouse_access_control:
+        apply_access_control(client, settings.access_control())
     return applied
 
 

@@ -1,7 +1,8 @@
 """`jobscope`: a job's readings to a file, jobs and summaries as tables, pushes and tokens.
 
 The API is `--api` or $JOBSCOPE_API (default http://127.0.0.1:8000); the token `--token` or
-$JOBSCOPE_TOKEN. Every failure is one line on stderr and a non-zero exit status.
+$JOBSCOPE_TOKEN, else the one `jobscope login` stored for the API. Every failure is one line
+on stderr and a non-zero exit status.
 """
 
 from __future__ import annotations
@@ -23,7 +24,11 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from jobscope import credentials
 from jobscope.client import DEFAULT_API, ApiError, Client, token_id
+from jobscope.login import claims
+from jobscope.login import login as sign_in
+from jobscope.login import logout as sign_out
 
 EXPORT_FORMATS = ("csv", "parquet", "ndjson")
 JOB_COLUMNS = ("job_id", "user", "state", "queue", "nodes", "start", "end")
@@ -46,7 +51,7 @@ def _client(ctx: click.Context) -> Client:
     "--token",
     envvar="JOBSCOPE_TOKEN",
     default=None,
-    help="bearer token for writes [env: JOBSCOPE_TOKEN]",
+    help="bearer token [env: JOBSCOPE_TOKEN; default: the one `jobscope login` stored]",
 )
 @click.pass_context
 def cli(ctx: click.Context, api: str, token: str | None) -> None:
@@ -243,6 +248,32 @@ def push(ctx: click.Context, source: IO[bytes]) -> None:
     click.echo(f"{count} readings accepted")
 
 
+@cli.command()
+@click.pass_context
+def login(ctx: click.Context) -> None:
+    """Log in at the API's identity provider (in a browser, anywhere): later commands and
+    the Python client use the token, refreshed as needed, until `jobscope logout`."""
+    api = _client(ctx).url
+    stored = sign_in(api, lambda line: click.echo(line, err=True))
+    said = claims(stored.access_token)
+    who = said.get("preferred_username") or said.get("sub") or "you"
+    click.echo(f"logged in to {api} as {who} (token stored in {credentials.folder()})", err=True)
+
+
+@cli.command()
+@click.pass_context
+def logout(ctx: click.Context) -> None:
+    """Forget the token `jobscope login` stored for the API, and revoke it at the provider."""
+    api = _client(ctx).url
+    had, unrevoked = sign_out(api)
+    if not had:
+        click.echo(f"not logged in to {api}", err=True)
+        return
+    click.echo(f"logged out of {api}", err=True)
+    if unrevoked:
+        click.echo(f"jobscope: the login could not be revoked: {unrevoked}", err=True)
+
+
 @cli.group()
 def token() -> None:
     """API tokens (an admin token is needed)."""
@@ -250,12 +281,28 @@ def token() -> None:
 
 @token.command("create")
 @click.option("--user", required=True)
-@click.option("--role", required=True, help="reader, pusher, scheduler or admin")
+@click.option(
+    "--role",
+    required=True,
+    help="user, project, support, agent, reader, pusher, scheduler or admin",
+)
 @click.option("--ttl-days", type=int, help="validity (the API's default if absent)")
+@click.option(
+    "--project", "projects", multiple=True, help="a project whose jobs it reads (repeatable)"
+)
+@click.option("--node", "nodes", multiple=True, help="a node an agent pushes for (repeatable)")
 @click.pass_context
-def token_create(ctx: click.Context, user: str, role: str, ttl_days: int | None) -> None:
+def token_create(
+    ctx: click.Context,
+    user: str,
+    role: str,
+    ttl_days: int | None,
+    projects: tuple[str, ...],
+    nodes: tuple[str, ...],
+) -> None:
     """Create a token and print it (alone on stdout, for scripts)."""
-    click.echo(_client(ctx).create_token(user, role, ttl_days)["token"])
+    created = _client(ctx).create_token(user, role, ttl_days, projects, nodes)
+    click.echo(created["token"])
 
 
 @token.command("revoke")

@@ -15,7 +15,7 @@ import io
 import json
 import math
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -25,22 +25,14 @@ import httpx
 import pandas as pd
 import pyarrow as pa
 
+from jobscope.errors import ApiError
+from jobscope.login import StoredLogin
 from jobscope.sse import EventParser
 
 DEFAULT_API = "http://127.0.0.1:8000"
 READING_FORMATS = ("csv", "parquet", "ndjson", "json", "arrow")
 READING_COLUMNS = ["timestamp", "device_id", "metric_id", "value", "labels"]
 TimeArg = str | int | float | datetime | None
-
-
-class ApiError(Exception):
-    """What went wrong, in one line a user understands; `status` is the HTTP status (0 when
-    the API could not be reached) and `parameter` the request parameter at fault, if any."""
-
-    def __init__(self, message: str, status: int = 0, parameter: str | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.parameter = parameter
 
 
 def _time(value: TimeArg) -> str | None:
@@ -71,7 +63,8 @@ def _error(response: httpx.Response) -> ApiError:
 
 class Client:
     """One API at `url` (default: $JOBSCOPE_API, else http://127.0.0.1:8000), with an
-    optional bearer `token` (default: $JOBSCOPE_TOKEN) for writes."""
+    optional bearer `token` (default: $JOBSCOPE_TOKEN, else the token `jobscope login` stored
+    for this URL, refreshed when it expires: jobscope/login.py)."""
 
     def __init__(
         self, url: str | None = None, token: str | None = None, timeout: float = 60.0
@@ -79,7 +72,8 @@ class Client:
         self.url = (url or os.environ.get("JOBSCOPE_API") or DEFAULT_API).rstrip("/")
         self.token = token if token is not None else os.environ.get("JOBSCOPE_TOKEN") or None
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+        auth = None if self.token else StoredLogin(self.url)
+        self._http = httpx.Client(base_url=self.url, headers=headers, auth=auth, timeout=timeout)
 
     def close(self) -> None:
         self._http.close()
@@ -242,11 +236,23 @@ class Client:
         answer = self._json("POST", "/api/metrics", content=body, headers=headers)
         return int(answer["accepted"])
 
-    def create_token(self, user: str, role: str, ttl_days: int | None = None) -> dict[str, Any]:
-        """POST /api/tokens (an admin token is needed); the API's answer, with the token."""
+    def create_token(
+        self,
+        user: str,
+        role: str,
+        ttl_days: int | None = None,
+        projects: Sequence[str] = (),
+        nodes: Sequence[str] = (),
+    ) -> dict[str, Any]:
+        """POST /api/tokens (an admin token is needed); the API's answer, with the token.
+        `projects`: those a `project` token reads; `nodes`: those an `agent` pushes for."""
         body: dict[str, Any] = {"user": user, "role": role}
         if ttl_days is not None:
             body["ttl_days"] = ttl_days
+        if projects:
+            body["projects"] = list(projects)
+        if nodes:
+            body["nodes"] = list(nodes)
         return self._json("POST", "/api/tokens", json=body)
 
     def revoke_token(self, jti: str) -> dict[str, Any]:

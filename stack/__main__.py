@@ -7,17 +7,23 @@ import os
 import sys
 import time
 
-from stack import kafka_broker, services, superset
+from stack import kafka_broker, oidc_provider, services, superset
 from stack.config import StackSettings
+
+
+def _start_oidc_provider(settings: StackSettings) -> None:
+    oidc_provider.start(settings, oidc_provider.OidcProviderSettings())
 
 
 def up(settings: StackSettings) -> None:
     began = time.monotonic()
+    oidc = settings.auth == "oidc"
     steps = (
         ("Kafka broker", services.start_kafka),
         ("ClickHouse server + schema", services.start_clickhouse),
         *((("simulated devices", services.start_simulators),) if settings.simulators else ()),
         ("producers", services.start_producers),
+        *((("OpenID Connect provider (Keycloak)", _start_oidc_provider),) if oidc else ()),
         ("API", services.start_api),
     )
     for label, start in steps:
@@ -25,12 +31,23 @@ def up(settings: StackSettings) -> None:
         start(settings)
     print(f"\njobscope is up ({time.monotonic() - began:.0f} s). State: {settings.state_dir}\n")
     status(settings)
+    api = settings.api_url
+    read = (
+        f"curl -H \"Authorization: Bearer $TOKEN\" '{api}/api/jobs'"
+        if oidc
+        else f"curl '{api}/api/metrics?devices=node-1&metrics=tester_value_00'"
+    )
     print(
-        f"\nTry: curl '{settings.api_url}/api/metrics?devices=node-1&metrics=tester_value_00'"
+        f"\nTry: {read}"
         f"\nJobs: POST {settings.api_url}/api/jobs with the token JOBSCOPE_ADMIN_TOKEN (README)"
         f"\nDocs: {settings.api_url}/docs    Stop: make down    Passwords and tokens: "
         f"{settings.state_dir / 'secrets.env'}"
     )
+    if oidc:
+        print(
+            f"Log in: jobscope --api {settings.api_url} login   (as alice, bob, pia or sam: "
+            "password JOBSCOPE_OIDC_DEMO_PASSWORD in secrets.env; docs/access.md)"
+        )
 
 
 def status(settings: StackSettings) -> bool:
@@ -50,6 +67,9 @@ def status(settings: StackSettings) -> bool:
         "node_exporter :11100, wattmetres :12001-12002 (tcp)",
         "api": f"{settings.api_url} (REST; /docs, /health)",
         "superset": f"{superset.SupersetSettings().url} (dashboards, SQL Lab; make superset)",
+        "oidc-provider": f"{oidc_provider.OidcProviderSettings().issuer} (OpenID Connect; "
+        f"admin console {oidc_provider.OidcProviderSettings().url}/admin, user admin: "
+        "JOBSCOPE_OIDC_ADMIN_PASSWORD)",
     }
     all_running = True
     names = list(reversed(services.STOP_ORDER))
@@ -58,6 +78,8 @@ def status(settings: StackSettings) -> bool:
         names.insert(names.index("clickhouse"), node.name)
     if settings.simulators or services.process(settings, "simulators").is_running():
         names.insert(names.index("producers"), "simulators")  # an extra process of the stack
+    if settings.auth == "oidc" or oidc_provider.process(settings).is_running():
+        names.insert(names.index("api"), "oidc-provider")
     if superset.process(settings).is_running():
         names.append("superset")
     for name in names:
@@ -65,7 +87,7 @@ def status(settings: StackSettings) -> bool:
         pid = proc.pid()
         all_running &= pid is not None
         state = f"pid {pid}" if pid else "stopped"
-        print(f"  {name:<11} {state:<11} {where[name]}\n  {'':<11} {'':<11} log: {proc.log_file}")
+        print(f"  {name:<13} {state:<11} {where[name]}\n  {'':<13} {'':<11} log: {proc.log_file}")
     return all_running
 
 

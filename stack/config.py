@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -68,6 +69,11 @@ class StackSettings(BaseSettings):
         False,
         description="also run the simulated SNMP and IPMI devices the sample devices files "
         "poll (`make up DEVICES=sample`)",
+    )
+    auth: Literal["tokens", "oidc"] = Field(
+        "tokens",
+        description="who the API trusts: jobscope's own tokens; oidc: also a local OpenID "
+        "Connect provider with demo users (`make up AUTH=oidc`: stack/oidc_provider.py)",
     )
     json_topic: str = Field(
         "",

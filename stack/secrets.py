@@ -42,6 +42,12 @@ NAMES = (
     "JOBSCOPE_KAFKA_CLICKHOUSE_PASSWORD",
     "JOBSCOPE_KAFKA_CONNECT_PASSWORD",
     "JOBSCOPE_KAFKA_CONTROLLER_PASSWORD",
+    # The local OpenID Connect provider of `make up AUTH=oidc` (stack/oidc_provider.py): its
+    # admin, its demo users' password, the client secrets of the services and of Superset.
+    "JOBSCOPE_OIDC_ADMIN_PASSWORD",
+    "JOBSCOPE_OIDC_DEMO_PASSWORD",
+    "JOBSCOPE_OIDC_SERVICE_SECRET",
+    "JOBSCOPE_OIDC_SUPERSET_SECRET",
 )
 
 # The secrets each process of the stack is started with; no process gets another's.
@@ -71,8 +77,13 @@ OWNERS: dict[str, tuple[str, ...]] = {
         "JOBSCOPE_SNMP_PRIV_PASSWORD",
         "JOBSCOPE_IPMI_PASSWORD",
     ),
-    "superset": ("JOBSCOPE_CLICKHOUSE_SUPERSET_PASSWORD", "JOBSCOPE_SUPERSET_SECRET_KEY"),
+    "superset": (
+        "JOBSCOPE_CLICKHOUSE_SUPERSET_PASSWORD",
+        "JOBSCOPE_SUPERSET_SECRET_KEY",
+        "JOBSCOPE_OIDC_SUPERSET_SECRET",
+    ),
     "kafka": (),
+    "oidc-provider": ("JOBSCOPE_OIDC_ADMIN_PASSWORD",),
 }
 
 # A variable of the calling shell with such a name is taken for a secret: it is passed only

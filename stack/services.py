@@ -18,7 +18,7 @@ import clickhouse_connect
 from clickhouse_connect.driver.client import Client
 
 from clickhouse.migrate import MigrationSettings, apply_migrations, connect
-from stack import kafka_broker, secrets, topics
+from stack import kafka_broker, oidc_provider, secrets, topics
 from stack.config import REPO_ROOT, StackSettings
 from stack.processes import ManagedProcess, free_port, wait_until
 from stack.transient import KAFKA_STARTING, STARTING
@@ -63,8 +63,16 @@ def component_env(settings: StackSettings, part: str | None = None) -> dict[str,
         "JOBSCOPE_SPOOL_ROOT": str(settings.state_dir / "producer-spool"),
         "JOBSCOPE_RETENTION_DAYS": str(settings.retention_days),
         "JOBSCOPE_JSON_TOPIC": settings.json_topic,
+        **_oidc_env(settings),
         "PYTHONUNBUFFERED": "1",
     }
+
+
+def _oidc_env(settings: StackSettings) -> dict[str, str]:
+    """With AUTH=oidc, the API trusts the local provider (stack/oidc_provider.py)."""
+    if settings.auth != "oidc":
+        return {}
+    return {"JOBSCOPE_OIDC_ISSUER": oidc_provider.OidcProviderSettings().issuer}
 
 
 def engine_log_file(settings: StackSettings) -> Path:
@@ -352,19 +360,33 @@ def simulators_ready_file(settings: StackSettings) -> Path:
     return settings.state_dir / "simulators" / "ready"
 
 
-def start_api(settings: StackSettings, timeout: float = 60.0) -> None:
-    process(settings, "api").start(
+def start_api(
+    settings: StackSettings,
+    timeout: float = 60.0,
+    name: str = "api",
+    port: int | None = None,
+    env: dict[str, str] | None = None,
+) -> str:
+    """Start the API (or, with `name` and `port`, another one beside it, `env` overriding its
+    settings, e.g. a read policy) and return its URL once it answers."""
+    port = settings.api_port if port is None else port
+    url = f"http://{settings.host}:{port}"
+    proc = process(settings, name)
+    proc.start(
         [sys.executable, "-m", "api"],
-        env={**component_env(settings, "api"), **kafka_broker.client_env(settings, "api")},
+        env={
+            **component_env(settings, "api"),
+            **kafka_broker.client_env(settings, "api"),
+            "JOBSCOPE_API_PORT": str(port),
+            **(env or {}),
+        },
         cwd=REPO_ROOT,
-        ports=[(settings.host, settings.api_port)],
+        ports=[(settings.host, port)],
     )
-    wait_until(
-        lambda: _http_ok(f"{settings.api_url}/health"),
-        timeout,
-        f"the API on {settings.api_url}",
-        transient=STARTING,
+    proc.wait_ready(
+        lambda: _http_ok(f"{url}/health"), timeout, f"the API on {url}", transient=STARTING
     )
+    return url
 
 
 # Stop order: readers and writers first, the broker last.

@@ -5,8 +5,11 @@ superset/requirements.txt, installed by the Makefile), never the server's. Start
 initialise the metadata database once per Superset version (migrations, the `admin` user,
 roles), set the admin password from state/secrets.env, import the dashboards bundle
 (superset/bundle/, fixed UUIDs; superset/import_assets.py overwrites by UUID) with the
-ClickHouse connection of this stack, then serve with gunicorn on loopback. `make down`
-stops it with the rest (its PID file is in state/pids like every other process).
+ClickHouse connection of this stack, with the roles and row-level security of the `jobs` read
+policy (superset/jobscope_access.py), then serve with gunicorn on loopback. Given the site's
+OpenID Connect provider (`oidc_issuer`; `make superset` after `make up AUTH=oidc` takes the
+local one), users log in through it instead of Superset's own passwords. `make down` stops it
+with the rest (its PID file is in state/pids like every other process).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import yaml
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from stack import secrets
+from stack import oidc_provider, secrets
 from stack.config import REPO_ROOT, StackSettings
 from stack.processes import ManagedProcess
 from stack.transient import STARTING
@@ -51,6 +54,20 @@ class SupersetSettings(BaseSettings):
     workers: int = Field(2, ge=1, description="gunicorn worker processes")
     threads: int = Field(2, ge=1, description="threads per worker")
     clickhouse_user: str = Field("superset", description="Superset's read-only ClickHouse user")
+    oidc_issuer: str = Field(
+        "",
+        description="the site's OpenID Connect provider (its issuer URL): users log in through "
+        "it, registered at their first login, their role and projects read from its access "
+        "token at each (README: Superset); empty: Superset's own passwords",
+    )
+    oidc_client_id: str = Field(
+        oidc_provider.SUPERSET_CLIENT,
+        description="Superset's confidential client at the provider (its secret: "
+        "JOBSCOPE_OIDC_SUPERSET_SECRET)",
+    )
+    oidc_audience: str = Field(
+        "jobscope", description="the provider's access tokens must name this audience (`aud`)"
+    )
 
     @property
     def url(self) -> str:
@@ -65,14 +82,24 @@ def home(stack: StackSettings) -> Path:
     return stack.state_dir / "superset"
 
 
-def process(stack: StackSettings) -> ManagedProcess:
-    return ManagedProcess("superset", stack.pid_dir, stack.log_dir)
+def process(stack: StackSettings, name: str = "superset") -> ManagedProcess:
+    return ManagedProcess(name, stack.pid_dir, stack.log_dir)
 
 
 def superset_env(stack: StackSettings, settings: SupersetSettings) -> dict[str, str]:
     """The environment of every Superset command (read by superset/superset_config.py)."""
     values = secrets.load_or_create(stack.state_dir)
     metadata = settings.database_url or f"sqlite:///{home(stack) / 'superset.db'}"
+    oidc = (
+        {
+            "JOBSCOPE_SUPERSET_OIDC_ISSUER": settings.oidc_issuer,
+            "JOBSCOPE_SUPERSET_OIDC_CLIENT_ID": settings.oidc_client_id,
+            "JOBSCOPE_SUPERSET_OIDC_AUDIENCE": settings.oidc_audience,
+            "JOBSCOPE_OIDC_SUPERSET_SECRET": values["JOBSCOPE_OIDC_SUPERSET_SECRET"],
+        }
+        if settings.oidc_issuer
+        else {}
+    )
     return {
         "SUPERSET_CONFIG_PATH": str(SUPERSET_DIR / "superset_config.py"),
         "SUPERSET_HOME": str(home(stack)),
@@ -81,6 +108,7 @@ def superset_env(stack: StackSettings, settings: SupersetSettings) -> dict[str, 
         "JOBSCOPE_CLICKHOUSE_SUPERSET_USER": settings.clickhouse_user,
         "JOBSCOPE_CLICKHOUSE_SUPERSET_PASSWORD": values["JOBSCOPE_CLICKHOUSE_SUPERSET_PASSWORD"],
         "PYTHONUNBUFFERED": "1",
+        **oidc,
     }
 
 
@@ -215,8 +243,15 @@ def _healthy(url: str) -> bool:
         return response.status == 200
 
 
-def serve(stack: StackSettings, settings: SupersetSettings, timeout: float = 120.0) -> None:
-    proc = process(stack)
+def serve(
+    stack: StackSettings,
+    settings: SupersetSettings,
+    timeout: float = 120.0,
+    name: str = "superset",
+) -> None:
+    """Serve with gunicorn; `name` names its process (PID file, log): a second one may serve
+    the same metadata with other settings."""
+    proc = process(stack, name)
     proc.start(
         [
             str(settings.bin("gunicorn")),
@@ -249,8 +284,8 @@ def start(stack: StackSettings, settings: SupersetSettings) -> None:
     serve(stack, settings)
 
 
-def stop(stack: StackSettings) -> None:
-    process(stack).stop()
+def stop(stack: StackSettings, name: str = "superset") -> None:
+    process(stack, name).stop()
 
 
 def check_clickhouse(stack: StackSettings, settings: SupersetSettings) -> None:
@@ -282,6 +317,10 @@ def check_clickhouse(stack: StackSettings, settings: SupersetSettings) -> None:
 def up(stack: StackSettings) -> None:
     """`make superset`: serve Superset against the running stack and say where."""
     settings = SupersetSettings()
+    if not settings.oidc_issuer and (
+        stack.auth == "oidc" or oidc_provider.process(stack).is_running()
+    ):
+        settings.oidc_issuer = oidc_provider.OidcProviderSettings().issuer
     check_installed(settings)
     check_clickhouse(stack, settings)
     start(stack, settings)
@@ -292,3 +331,8 @@ def up(stack: StackSettings) -> None:
         f"User {settings.admin_user}, password JOBSCOPE_SUPERSET_ADMIN_PASSWORD in "
         f"{stack.state_dir / 'secrets.env'}\nLogs: {process(stack).log_file}    Stop: make down"
     )
+    if settings.oidc_issuer:
+        print(
+            f"Users log in through {settings.oidc_issuer} (the admin's password only works "
+            "on Superset's REST API); each sees the rows of their own jobs (docs/access.md)"
+        )

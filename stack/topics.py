@@ -24,7 +24,9 @@ ON_DEMAND = TopicSpec("ondemand", 1, {"cleanup.policy": "compact"})
 OAR_CHANGES = TopicSpec("oar-changes", 1)
 # Ids of revoked API tokens (api/revocations.py), read whole by every API replica.
 TOKEN_REVOCATIONS = TopicSpec("token-revocations", 1, {"cleanup.policy": "compact"})
-ALL_TOPICS = (READINGS, JOBS, ON_DEMAND, OAR_CHANGES, TOKEN_REVOCATIONS)
+# Reads of jobs by others than their owners (api/audit.py), stored in ClickHouse's audit_log.
+AUDIT = TopicSpec("audit", 1)
+ALL_TOPICS = (READINGS, JOBS, ON_DEMAND, OAR_CHANGES, TOKEN_REVOCATIONS, AUDIT)
 
 
 def json_readings(name: str) -> TopicSpec:

@@ -4,7 +4,8 @@
 untouched (it overwrites dashboards only), so a changed chart in the bundle would never reach
 an initialised Superset. The assets importer Superset's API uses (`ImportAssetsCommand`)
 overwrites every object by UUID: importing the same bundle again changes nothing, importing a
-changed one updates in place.
+changed one updates in place. Then the roles and row-level security of the `jobs` read policy
+are brought up to date (jobscope_access.py), idempotently too.
 
 Usage: python import_assets.py BUNDLE.zip USERNAME
 """
@@ -17,6 +18,7 @@ from zipfile import ZipFile
 
 def main(bundle_path: str, username: str) -> int:
     from flask import g
+    from jobscope_access import ensure_roles_and_rls
     from superset.app import create_app
 
     from superset import security_manager
@@ -33,6 +35,7 @@ def main(bundle_path: str, username: str) -> int:
         with ZipFile(bundle_path) as bundle:
             contents = get_contents_from_bundle(bundle)
         ImportAssetsCommand(contents).run()
+        ensure_roles_and_rls()
     print(f"imported {len(contents)} files from {bundle_path}")
     return 0
 

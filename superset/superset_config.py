@@ -7,8 +7,12 @@ where the settings are typed) gives the Superset processes; nothing here is a de
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 from sqlalchemy.engine.url import URL
+
+sys.path.insert(0, str(Path(__file__).parent))  # jobscope_access.py beside this file
 
 SECRET_KEY = os.environ["JOBSCOPE_SUPERSET_SECRET_KEY"]
 # Superset's own metadata (users, dashboards): SQLite in the state directory by default, a
@@ -63,6 +67,34 @@ TALISMAN_CONFIG = {
     "force_https": False,
     "session_cookie_secure": False,
 }
+
+# The site's OpenID Connect provider, when given: users log in through it (the authorization
+# code flow of Superset's confidential client), are registered at their first login, and get
+# their roles from its access token at each (superset/jobscope_access.py: the API's `jobs`
+# read policy as roles and row-level security). Superset's own passwords then serve only its
+# REST API (the local admin that imports the dashboards).
+_OIDC_ISSUER = os.environ.get("JOBSCOPE_SUPERSET_OIDC_ISSUER", "")
+if _OIDC_ISSUER:
+    from flask_appbuilder.security.manager import AUTH_OAUTH
+    from jobscope_access import JobscopeSecurityManager
+
+    AUTH_TYPE = AUTH_OAUTH
+    CUSTOM_SECURITY_MANAGER = JobscopeSecurityManager
+    AUTH_USER_REGISTRATION = True
+    AUTH_ROLES_SYNC_AT_LOGIN = True
+    OAUTH_PROVIDERS = [
+        {
+            "name": "oidc",
+            "icon": "fa-key",
+            "token_key": "access_token",
+            "remote_app": {
+                "client_id": os.environ["JOBSCOPE_SUPERSET_OIDC_CLIENT_ID"],
+                "client_secret": os.environ["JOBSCOPE_OIDC_SUPERSET_SECRET"],
+                "server_metadata_url": f"{_OIDC_ISSUER}/.well-known/openid-configuration",
+                "client_kwargs": {"scope": "openid profile email"},
+            },
+        }
+    ]
 
 # Rows a chart may fetch; SQL Lab shows at most this many.
 ROW_LIMIT = 50_000

@@ -30,6 +30,7 @@ TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.import_plugin("tests.scheduling")
+    config.pluginmanager.import_plugin("tests.oidc_provider")
     os.environ.setdefault("JDK_JAVA_OPTIONS", TEST_JVM_OPTIONS)  # xdist workers inherit it
 
 

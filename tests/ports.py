@@ -4,7 +4,7 @@ A test session owns one block of `BLOCK` ports. Without pytest-xdist the block s
 `FIRST` + JOBSCOPE_TEST_PORT_SHIFT; each xdist worker (`gwN`) owns the N-th block after it,
 so workers never share a port. Blocks lie below Linux's ephemeral range (32768 and up,
 where the kernel picks client ports and `free_port()`'s) and away from the ports of
-`make up` (8000, 8088, 8123, 9001, 9092-9093, 9464, 11161-11162, 12001-12002), so the suite
+`make up` (8000, 8088, 8123, 8180, 9001, 9092-9093, 9464, 11161-11162, 12001-12002), so the suite
 runs beside a stack of `make up` and beside another session shifted by a whole number of
 blocks times the workers. tests/stack/test_ports.py checks the table.
 """
@@ -40,6 +40,11 @@ TABLE: dict[str, tuple[int, int]] = {
     "snmp-agents": (62, 3),  # snmpsim, snmpd (v3), snmpd (v2c): UDP
     "snmpsim": (65, 1),  # tests/stack/test_snmp_simulators.py's own snmpsim: UDP
     "sasl-connect": (66, 1),  # Kafka Connect's REST port in tests/stack/test_kafka_sasl.py
+    "read-policy": (67, 1),  # tests/api/test_read_policy.py: an API under JOBSCOPE_READ_POLICY=jobs
+    "sql-users": (68, 1),  # tests/clickhouse/test_sql_users_policy.py: its own ClickHouse server
+    "oidc": (69, 2),  # tests/identity/: Keycloak, an API that trusts it
+    "login-other-api": (71, 1),  # tests/identity/test_login.py: an API the token must not reach
+    "superset-oidc": (72, 1),  # tests/superset/test_oidc_login.py: Superset logging in by OIDC
 }
 
 

@@ -19,7 +19,8 @@ The stream ends `live_end_grace_s` after the job's end, once readings up to the 
 time to arrive. The job is re-read every `live_job_check_s` (for its end, its nodes and the
 devices measuring them); from then on no reading after its end is sent. Readings sent
 before the API learned of the end (a scheduler reports it after the fact) are not recalled:
-the `end` event gives the end, to cut them.
+the `end` event gives the end, to cut them. A job its caller no longer sees (its user or
+project changed: api/visibility.py) ends the stream with `error`.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from clickhouse_connect.driver.client import Client
 
 from api import formats
 from api.config import ApiSettings
+from api.errors import NotFound
 from api.jobs import get_job
 from api.kafka import KafkaUnavailable
 from api.live.hub import ReadingsHub, Subscription
@@ -45,6 +47,7 @@ from api.live.ingested import IngestWatch
 from api.live.scope import LiveScope, Seam, glob_regex
 from api.live.sse import KEEPALIVE, event, json_lines_event
 from api.params import to_time, to_us
+from api.queries.jobs import ALL_JOBS, Condition
 from api.queries.metrics import Selection, scope_rows
 from api.schemas import Job
 from api.scope import Asked, job_selection, now, with_aliases
@@ -58,6 +61,8 @@ class LiveRequest:
     job_id: str
     asked: Asked
     """metrics, labels, devices (`only`), and `start` = since (None: from now)."""
+    visible: Condition = ALL_JOBS
+    """The jobs its caller sees (api/visibility.py): re-checked with the job."""
 
 
 class JobStream:
@@ -210,8 +215,15 @@ class JobStream:
     async def _job_check(self, sub: Subscription) -> bool:
         """Follow the job's changes; True once it has ended and its grace has passed."""
         try:
-            job = await asyncio.to_thread(get_job, self.clickhouse, self.request.job_id)
+            job = await asyncio.to_thread(
+                get_job, self.clickhouse, self.request.job_id, None, self.request.visible
+            )
             await asyncio.to_thread(self._follow, job)
+        except NotFound:
+            raise StreamError(
+                f"job {self.request.job_id} is no longer visible to you (its user or project "
+                "changed)"
+            ) from None
         except Exception as exc:  # ClickHouse away: keep streaming what Kafka brings
             log.warning("live: job %s: cannot refresh the job: %s", self.request.job_id, exc)
             return False

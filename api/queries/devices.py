@@ -7,14 +7,20 @@ from datetime import datetime
 from typing import Any
 
 from api.queries import iso_sql
+from api.queries.jobs import Condition
 
 
-def devices_query() -> tuple[str, dict[str, Any]]:
+def devices_query(nodes_of: Condition | None = None) -> tuple[str, dict[str, Any]]:
+    """Every device, or with `nodes_of` only the nodes of the jobs it keeps."""
+    where, params = "", {}
+    if nodes_of is not None:
+        where = f"WHERE device_id IN (SELECT arrayJoin(nodes) FROM jobs WHERE {nodes_of[0]}) "
+        params = nodes_of[1]
     return (
         "SELECT device_id, toInt64(uniqExact(metric_id)) AS metrics, "
         f"{iso_sql('max(timestamp)')} AS last_reading "
-        "FROM metrics_newest GROUP BY device_id ORDER BY device_id",
-        {},
+        f"FROM metrics_newest {where}GROUP BY device_id ORDER BY device_id",
+        params,
     )
 
 

@@ -16,13 +16,22 @@ JOB_COLUMNS = (
 )
 
 
-def job_query(job_id: str, site: str | None = None) -> tuple[str, dict[str, Any]]:
+Condition = tuple[str, dict[str, Any]]
+"""A condition on `jobs` and its bound parameters (api/visibility.py: the jobs a reader sees)."""
+ALL_JOBS: Condition = ("1", {})
+
+
+def job_query(
+    job_id: str, site: str | None = None, visible: Condition = ALL_JOBS
+) -> tuple[str, dict[str, Any]]:
     """The job of this id at `site`, or at every site holding one when `site` is None (job
-    ids are unique per site only)."""
+    ids are unique per site only), among the `visible` jobs."""
     at_site = "" if site is None else " AND site = {site:String}"
+    where, params = visible
     return (
-        f"SELECT {JOB_COLUMNS} FROM jobs WHERE job_id = {{job_id:String}}{at_site} ORDER BY site",
-        {"job_id": job_id, "site": site},
+        f"SELECT {JOB_COLUMNS} FROM jobs WHERE job_id = {{job_id:String}}{at_site} "
+        f"AND {where} ORDER BY site",
+        {**params, "job_id": job_id, "site": site},
     )
 
 
@@ -44,6 +53,7 @@ class JobFilter:
     start: datetime | None = None
     end: datetime | None = None
     limit: int = 1000
+    visible: Condition = ALL_JOBS
 
 
 def jobs_query(f: JobFilter) -> tuple[str, dict[str, Any]]:
@@ -57,7 +67,7 @@ def jobs_query(f: JobFilter) -> tuple[str, dict[str, Any]]:
         "start": (f.start, "coalesce(end_time, now64(6)) >= {start:DateTime64(6, 'UTC')}"),
         "end": (f.end, "start_time <= {end:DateTime64(6, 'UTC')}"),
     }
-    where, params = ["1"], {"limit": f.limit}
+    where, params = [f.visible[0]], {**f.visible[1], "limit": f.limit}
     for name, (value, condition) in conditions.items():
         if value is not None:
             where.append(condition)
@@ -67,3 +77,33 @@ def jobs_query(f: JobFilter) -> tuple[str, dict[str, Any]]:
         "ORDER BY start_time DESC NULLS FIRST, job_id LIMIT {limit:UInt32}"
     )
     return sql, params
+
+
+def covering_jobs_query(
+    visible: Condition,
+    devices: tuple[str, ...],
+    start: datetime,
+    end: datetime,
+    site: str | None = None,
+) -> tuple[str, dict[str, Any]]:
+    """How many `visible` jobs have every device among their nodes and a span holding
+    [start, end] (a running job runs until now)."""
+    where, params = visible
+    return (
+        f"SELECT count() FROM jobs WHERE {where} "
+        "AND hasAll(nodes, {devices:Array(String)}) AND start_time IS NOT NULL "
+        "AND start_time <= {start:DateTime64(6, 'UTC')} "
+        "AND coalesce(end_time, now64(6)) >= {end:DateTime64(6, 'UTC')}"
+        + ("" if site is None else " AND site = {site:String}"),
+        {**params, "devices": list(devices), "start": start, "end": end, "site": site},
+    )
+
+
+def running_jobs_on_query(visible: Condition, device: str) -> tuple[str, dict[str, Any]]:
+    """How many `visible` running jobs have `device` among their nodes."""
+    where, params = visible
+    return (
+        f"SELECT count() FROM jobs WHERE {where} AND state = 'running' "
+        "AND has(nodes, {device:String})",
+        {**params, "device": device},
+    )

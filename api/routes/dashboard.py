@@ -6,10 +6,14 @@ from __future__ import annotations
 from typing import Annotated
 from urllib.parse import quote
 
-from fastapi import APIRouter, Query
+from clickhouse_connect.driver.client import Client
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import RedirectResponse
 
 from api.deps import SettingsDep
+from api.errors import NotFound
+from api.queries.jobs import JobFilter, jobs_query
+from api.visibility import Viewer, ViewerDep
 
 router = APIRouter(tags=["dashboard"])
 
@@ -35,6 +39,14 @@ def job_dashboard_path(job_id: str | None) -> str:
     return f"{JOB_DASHBOARD}?native_filters={quote(state, safe='')}"
 
 
+def _newest_job(clickhouse: Client, viewer: Viewer) -> str:
+    sql, params = jobs_query(JobFilter(limit=1, visible=viewer.jobs_condition()))
+    newest = clickhouse.query(sql, parameters=params).named_results()
+    for job in newest:
+        return str(job["job_id"])
+    raise NotFound("no job of yours to show")
+
+
 @router.get(
     "/api/metrics/dashboard",
     operation_id="get_dashboard",
@@ -54,8 +66,18 @@ def job_dashboard_path(job_id: str | None) -> str:
     },
 )
 def get_dashboard(
+    request: Request,
     settings: SettingsDep,
+    viewer: ViewerDep,
     job_id: Annotated[str | None, Query(description="the job to show; none: the newest")] = None,
 ) -> RedirectResponse:
-    """Redirect to the Job dashboard of Superset (`JOBSCOPE_SUPERSET_URL`) for the job."""
+    """Redirect to the Job dashboard of Superset (`JOBSCOPE_SUPERSET_URL`) for the job. Under
+    the `jobs` read policy, a job a user may not see is unknown (404), and without `job_id`
+    a user gets the dashboard of their newest job."""
+    if not viewer.sees_all:
+        clickhouse = request.app.state.clickhouse.get()
+        if job_id:
+            viewer.job(clickhouse, job_id)
+        else:
+            job_id = _newest_job(clickhouse, viewer)
     return RedirectResponse(settings.superset_url.rstrip("/") + job_dashboard_path(job_id), 307)

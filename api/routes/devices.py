@@ -10,6 +10,7 @@ from api.deps import ClickHouseDep
 from api.errors import NotFound
 from api.queries.devices import devices_query, latest_query
 from api.schemas import DeviceInfo, ErrorBody, LatestReading
+from api.visibility import ViewerDep
 
 router = APIRouter(prefix="/api/devices", tags=["devices"])
 
@@ -17,9 +18,10 @@ router = APIRouter(prefix="/api/devices", tags=["devices"])
 @router.get(
     "", operation_id="list_devices", response_model=list[DeviceInfo], summary="Every device"
 )
-def list_devices(clickhouse: ClickHouseDep) -> list[DeviceInfo]:
-    """Each device that ever reported, with its number of metrics and newest reading time."""
-    sql, params = devices_query()
+def list_devices(clickhouse: ClickHouseDep, viewer: ViewerDep) -> list[DeviceInfo]:
+    """Each device that ever reported, with its number of metrics and newest reading time
+    (under the `jobs` read policy, a user's: the nodes of their jobs)."""
+    sql, params = devices_query(None if viewer.sees_all else viewer.jobs_condition())
     return [DeviceInfo(**r) for r in clickhouse.query(sql, parameters=params).named_results()]
 
 
@@ -27,13 +29,17 @@ def list_devices(clickhouse: ClickHouseDep) -> list[DeviceInfo]:
     "/{device_id}/latest",
     operation_id="get_device_latest",
     response_model=list[LatestReading],
-    responses={404: {"model": ErrorBody}},
+    responses={403: {"model": ErrorBody}, 404: {"model": ErrorBody}},
     summary="The newest value of each metric of a device",
 )
 def get_latest(
     clickhouse: ClickHouseDep,
+    viewer: ViewerDep,
     device_id: Annotated[str, Path(examples=["node-1"])],
 ) -> list[LatestReading]:
+    """Under the `jobs` read policy, a user's device must be a node of a running job of
+    theirs (403 otherwise)."""
+    viewer.check_running_node(clickhouse, device_id)
     sql, params = latest_query(device_id)
     latest = [LatestReading(**r) for r in clickhouse.query(sql, parameters=params).named_results()]
     if not latest:

@@ -1,5 +1,5 @@
-"""Jobs: written by the scheduler (hooks, or the `jobs` topic), read by everyone; each job's
-readings, summary (with energy) and catalog of metrics."""
+"""Jobs: written by the scheduler (hooks, or the `jobs` topic), read as the read policy allows
+(api/visibility.py); each job's readings, summary (with energy) and catalog of metrics."""
 
 from __future__ import annotations
 
@@ -41,6 +41,7 @@ from api.schemas import (
     Reading,
 )
 from api.scope import EVERYTHING, job_selection, with_aliases
+from api.visibility import ViewerDep
 
 router = APIRouter(prefix="/api/jobs", tags=["jobs"])
 
@@ -149,6 +150,7 @@ def patch_job(
 )
 def list_jobs(
     clickhouse: ClickHouseDep,
+    viewer: ViewerDep,
     user: Annotated[str | None, Query(examples=["alice"])] = None,
     site: Annotated[str | None, Query(description="jobs of this site", examples=["nancy"])] = None,
     state: Annotated[JobState | None, Query()] = None,
@@ -157,7 +159,8 @@ def list_jobs(
     end_time: Annotated[str | None, Query(description="jobs started at or before this")] = None,
     limit: Annotated[int, Query(ge=1, le=100_000)] = 1000,
 ) -> list[Job]:
-    """Newest first; a time range keeps the jobs that ran during some of it."""
+    """Newest first; a time range keeps the jobs that ran during some of it. Only the jobs
+    the read policy lets the caller see."""
     node_id = parse_devices("node", node)[0] if node is not None else None
     sql, params = jobs_query(
         JobFilter(
@@ -168,6 +171,7 @@ def list_jobs(
             start=parse_time("start_time", start_time),
             end=parse_time("end_time", end_time),
             limit=limit,
+            visible=viewer.jobs_condition(),
         )
     )
     return [Job(**row) for row in clickhouse.query(sql, parameters=params).named_results()]
@@ -180,9 +184,11 @@ def list_jobs(
     responses={400: {"model": ErrorBody}, 404: {"model": ErrorBody}},
     summary="One job",
 )
-def read_job(clickhouse: ClickHouseDep, job_id: JobId, site: SiteQuery = None) -> Job:
+def read_job(
+    clickhouse: ClickHouseDep, viewer: ViewerDep, job_id: JobId, site: SiteQuery = None
+) -> Job:
     """400 naming the sites when the id exists at several and `site` is not given."""
-    return get_job(clickhouse, job_id, site)
+    return viewer.job(clickhouse, job_id, site)
 
 
 @router.get(
@@ -197,6 +203,7 @@ def get_job_metrics(
     settings: SettingsDep,
     exports: ExportsDep,
     query: ReadingsQueryDep,
+    viewer: ViewerDep,
     job_id: JobId,
     devices: Annotated[
         str | None,
@@ -208,7 +215,7 @@ def get_job_metrics(
     runs). start_time and end_time narrow that span, never widen it."""
     asked = replace(query.asked, devices=parse_devices("devices", devices))
     check_devices("devices", asked.devices, settings)
-    selection = job_selection(get_job(clickhouse, job_id, asked.site), asked)
+    selection = job_selection(viewer.job(clickhouse, job_id, asked.site), asked)
     return respond(clickhouse, settings, exports, query, selection, f"job-{job_id}")
 
 
@@ -219,12 +226,14 @@ def get_job_metrics(
     responses={400: {"model": ErrorBody}, 404: {"model": ErrorBody}},
     summary="Per node and metric statistics, and energy, of a job",
 )
-def get_job_summary(clickhouse: ClickHouseDep, asked: AskedDep, job_id: JobId) -> Response:
+def get_job_summary(
+    clickhouse: ClickHouseDep, viewer: ViewerDep, asked: AskedDep, job_id: JobId
+) -> Response:
     """min, avg, max, last and count per device and metric of the scope; for every power
     metric (`_watt`) the energy in joules: the trapezoidal integral of power over the job,
     per node and source, not bridging gaps longer than 3 sampling periods (`covered_s` says
     how much of the job the integral covers), and its total over the nodes per source."""
-    job = get_job(clickhouse, job_id, asked.site)
+    job = viewer.job(clickhouse, job_id, asked.site)
     summary = summarise(clickhouse, job, with_aliases(clickhouse, job_selection(job, asked)))
     return Response(orjson.dumps(summary), media_type="application/json")
 
@@ -237,11 +246,11 @@ def get_job_summary(clickhouse: ClickHouseDep, asked: AskedDep, job_id: JobId) -
     summary="The metrics present in a job's scope",
 )
 def get_job_catalog(
-    clickhouse: ClickHouseDep, job_id: JobId, site: SiteQuery = None
+    clickhouse: ClickHouseDep, viewer: ViewerDep, job_id: JobId, site: SiteQuery = None
 ) -> list[CatalogEntry]:
     """Each device and metric of the scope with its number of readings, first and last
     time (Kwollect's available metrics, with counts)."""
-    job = get_job(clickhouse, job_id, site)
+    job = viewer.job(clickhouse, job_id, site)
     selection = with_aliases(clickhouse, job_selection(job, EVERYTHING))
     if selection is None:
         return []

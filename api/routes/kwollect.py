@@ -12,8 +12,7 @@ import orjson
 from fastapi import APIRouter, Query
 
 from api.deps import ClickHouseDep, SettingsDep
-from api.errors import ParameterError
-from api.jobs import get_job
+from api.errors import Forbidden, ParameterError
 from api.params import TIME_HELP, device_name, parse_time
 from api.queries.catalog import catalog_query
 from api.queries.devices import recent_metrics_query
@@ -21,6 +20,7 @@ from api.queries.metrics import Selection
 from api.routes.metrics import READINGS_RESPONSES, check_devices, get_metrics
 from api.schemas import AvailableMetric, ErrorBody, Reading
 from api.scope import job_span, now, with_aliases
+from api.visibility import OUTSIDE_JOBS, ViewerDep
 
 router = APIRouter(prefix="/rpc", tags=["kwollect"])
 
@@ -47,6 +47,7 @@ AVAILABLE_WINDOW = timedelta(minutes=1)
 def available_metrics(
     clickhouse: ClickHouseDep,
     settings: SettingsDep,
+    viewer: ViewerDep,
     at: Annotated[str | None, Query(description=f"{TIME_HELP}; default now")] = None,
     params: Annotated[
         str | None,
@@ -58,7 +59,8 @@ def available_metrics(
     ] = None,
 ) -> list[AvailableMetric]:
     """Each device and metric with a reading in the minute before `at`, aliased devices
-    under the node they measure too (Kwollect's `api.available_metrics`)."""
+    under the node they measure too (Kwollect's `api.available_metrics`). The read policy
+    applies as to `get_metrics`; every device at once is for those who read everything."""
     until = parse_time("at", at) or now()
     try:
         given = orjson.loads(params) if params else {}
@@ -68,7 +70,7 @@ def available_metrics(
         raise ParameterError("params", 'expected a JSON object such as {"job_id": 4242}')
     devices: list[str] | None = None
     if given.get("job_id") is not None:
-        job = get_job(clickhouse, str(given["job_id"]))
+        job = viewer.job(clickhouse, str(given["job_id"]))
         span = job_span(job)
         devices = list(job.nodes)
         if span is not None:
@@ -78,7 +80,10 @@ def available_metrics(
             raise ParameterError("params", "devices should be a JSON array")
         devices = [device_name(str(d)) for d in given["devices"]]
         check_devices("params", tuple(devices), settings)
+        viewer.check_devices(clickhouse, tuple(devices), until - AVAILABLE_WINDOW, until)
     if devices is None:
+        if not viewer.sees_all:
+            raise Forbidden(f"every device's metrics: {OUTSIDE_JOBS}")
         # Every device: from the latest values, which know only the present.
         if until < now() - AVAILABLE_WINDOW:
             raise ParameterError("params", "give devices or job_id for a time in the past")

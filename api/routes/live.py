@@ -8,13 +8,13 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 
 from api.errors import Busy
-from api.jobs import get_job
 from api.live.sse import MEDIA_TYPE, EventStreamResponse
 from api.live.stream import JobStream, LiveRequest
 from api.params import TIME_HELP, parse_devices, parse_labels, parse_patterns, parse_time
 from api.routes.jobs import JobId
 from api.routes.metrics import check_devices, check_metrics
 from api.scope import Asked
+from api.visibility import ViewerDep
 
 router = APIRouter(prefix="/api/jobs", tags=["jobs"])
 
@@ -43,6 +43,7 @@ _EXAMPLE = (
 )
 async def get_job_live(
     request: Request,
+    viewer: ViewerDep,
     job_id: JobId,
     metrics: Annotated[
         str | None, Query(description="comma-separated metric ids or globs (`wattmetre_*`)")
@@ -62,7 +63,9 @@ async def get_job_live(
     the job's nodes and the devices measuring them, summed under the node too), `live`
     once the replay asked by `since` is over, `end` when the job has ended, `dropped` if
     the client did not keep up, `error`; a `: keepalive` comment when nothing else is sent.
-    An `EventSource` should close itself on `end`."""
+    An `EventSource` should close itself on `end`. Under the `jobs` read policy the job must
+    be visible to the caller (404 as an unknown job otherwise); a stream whose job becomes
+    invisible to its caller (its user or project changed) sends `error` and ends."""
     asked = Asked(
         devices=parse_devices("devices", devices),
         metrics=parse_patterns("metrics", metrics),
@@ -75,7 +78,7 @@ async def get_job_live(
     check_devices("devices", asked.devices, settings)
     check_metrics(asked.metrics, settings)
     clickhouse = await asyncio.to_thread(app.clickhouse.get)  # may connect: off the event loop
-    job = await asyncio.to_thread(get_job, clickhouse, job_id)
+    job = await asyncio.to_thread(viewer.job, clickhouse, job_id)
     hub = app.live_hub
     if hub.subscribers >= settings.live_max_clients:
         raise Busy(
@@ -83,7 +86,8 @@ async def get_job_live(
             "try again later",
             settings.retry_after_s,
         )
-    stream = JobStream(LiveRequest(job_id, asked), clickhouse, hub, app.live_ingested, settings)
+    live = LiveRequest(job_id, asked, viewer.jobs_condition())
+    stream = JobStream(live, clickhouse, hub, app.live_ingested, settings)
     sub = await stream.open(job)
     return EventStreamResponse(
         stream.events(sub),

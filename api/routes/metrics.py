@@ -15,7 +15,6 @@ from api import formats, limits
 from api.config import ApiSettings
 from api.deps import ClickHouseDep, ExportsDep, SettingsDep
 from api.errors import ParameterError
-from api.jobs import get_job
 from api.params import (
     TIME_HELP,
     NamePatterns,
@@ -28,6 +27,7 @@ from api.params import (
 from api.queries.metrics import Selection, as_rate, scope_rows, stepped_rows
 from api.schemas import ErrorBody, Reading
 from api.scope import Asked, device_selection, job_selection, with_aliases
+from api.visibility import ViewerDep
 
 router = APIRouter(prefix="/api", tags=["metrics"])
 
@@ -215,6 +215,8 @@ READINGS_RESPONSES: dict[int | str, dict[str, Any]] = {
         "description": "readings, oldest first",
     },
     400: {"model": ErrorBody},
+    401: {"model": ErrorBody, "description": "no valid token, where the read policy needs one"},
+    403: {"model": ErrorBody, "description": "devices outside the caller's jobs (read policy)"},
     404: {"model": ErrorBody},
     406: {"model": ErrorBody},
     503: {"model": ErrorBody, "description": "ClickHouse down, or too many answers streaming"},
@@ -233,6 +235,7 @@ def get_metrics(
     settings: SettingsDep,
     exports: ExportsDep,
     query: ReadingsQueryDep,
+    viewer: ViewerDep,
     job_id: Annotated[
         str | None,
         Query(description="a job: its nodes and the devices measuring them, over its time"),
@@ -246,15 +249,18 @@ def get_metrics(
     is ignored), or of a job's scope, oldest first. Readings of a device labelled
     `_device_alias=<node>` also come back under the node's id, summed over the devices
     measuring it at that instant, listed in the label `_device_orig`. Times without an
-    offset are UTC."""
+    offset are UTC. Under the `jobs` read policy a user reads only devices that are nodes of
+    one of their jobs, over a time inside it (403 otherwise), and a job of someone else is
+    unknown (404)."""
     named = parse_devices("nodes", nodes) + parse_devices("devices", devices)
     asked = replace(query.asked, devices=tuple(dict.fromkeys(named)))
     check_devices("devices" if devices else "nodes", asked.devices, settings)
     if job_id is not None:
-        selection = job_selection(get_job(clickhouse, job_id, asked.site), asked)
+        selection = job_selection(viewer.job(clickhouse, job_id, asked.site), asked)
         return respond(clickhouse, settings, exports, query, selection, f"job-{job_id}")
     if not asked.devices:
         raise ParameterError("devices", "give devices, nodes or job_id")
     window = timedelta(seconds=settings.default_window_s)
     selection = device_selection(asked, window)
+    viewer.check_devices(clickhouse, asked.devices, selection.start, selection.end, asked.site)
     return respond(clickhouse, settings, exports, query, selection, "metrics")

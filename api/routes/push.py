@@ -16,7 +16,7 @@ from api.schemas import ErrorBody, PushAccepted
 
 router = APIRouter(prefix="/api", tags=["metrics"])
 
-Pusher = Annotated[Principal, Depends(principal(Role.PUSHER))]
+Pusher = Annotated[Principal, Depends(principal(Role.AGENT, Role.PUSHER))]
 
 _EXAMPLE = {
     "timestamp": "2026-11-23T10:00:00Z",

@@ -15,7 +15,7 @@ from api.errors import ParameterError
 from api.params import iso
 from api.schemas import ErrorBody, TokenCreated, TokenRequest, TokenRevoked
 from api.scope import now
-from api.tokens import create_token
+from api.tokens import create_token, names
 
 router = APIRouter(prefix="/api", tags=["tokens"])
 
@@ -36,7 +36,8 @@ Admin = Annotated[Principal, Depends(principal())]
     summary="Create a signed token for a user and role (admin token)",
 )
 def post_token(request: Request, _admin: Admin, asked: TokenRequest) -> TokenCreated:
-    """E.g. `{"user": "alice", "role": "pusher", "ttl_days": 30}`. The token is not stored:
+    """E.g. `{"user": "alice", "role": "pusher", "ttl_days": 30}`; `projects` (a `project`
+    token's) and `nodes` (an `agent` token's) are optional lists. The token is not stored:
     it stays valid until it expires, is revoked (its `jti`), or the secret changes. A
     lifetime over JOBSCOPE_TOKEN_MAX_TTL_DAYS is refused (400)."""
     settings = request.app.state.settings
@@ -56,7 +57,14 @@ def post_token(request: Request, _admin: Admin, asked: TokenRequest) -> TokenCre
         )
     ttl = timedelta(days=asked.ttl_days)
     expires = now() + ttl
-    token = create_token(secret.get_secret_value(), asked.user, role, ttl)
+    for claim, listed in (("projects", asked.projects), ("nodes", asked.nodes)):
+        try:
+            names(claim, listed)
+        except ValueError as exc:
+            raise ParameterError(claim, str(exc)) from None
+    token = create_token(
+        secret.get_secret_value(), asked.user, role, ttl, asked.projects, asked.nodes
+    )
     return TokenCreated(token=token, user=asked.user, role=role.value, expires_at=iso(expires))
 
 

@@ -10,6 +10,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from kafka.security import KafkaClientSettings
 
+ReadPolicy = Literal["open", "authenticated", "jobs"]
+"""Who reads what (the API's JOBSCOPE_READ_POLICY; README, Security)."""
+
 
 class ServerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="JOBSCOPE_CLICKHOUSE_", extra="ignore")
@@ -33,6 +36,18 @@ class ServerSettings(BaseSettings):
     superset_user: str = "superset"
     superset_password: SecretStr | None = Field(
         None, description="password of Superset's read-only user; unset: no such user"
+    )
+    read_policy: ReadPolicy = Field(
+        "open",
+        validation_alias="JOBSCOPE_READ_POLICY",
+        description="the site's read policy (as the API's): the engine has no access control "
+        "of its own, so under `jobs` the SQL user `reader` (who would see everything) exists "
+        "only when sql_users is set",
+    )
+    sql_users: bool | None = Field(
+        None,
+        description="the SQL user `reader`, a power user an admin grants: it reads every "
+        "table; unset: on, except under read_policy=jobs",
     )
     # What SQL users (reader, superset) may do: ClickHouse's settings profile and quotas.
     sql_max_execution_time_s: float = Field(60.0, gt=0, description="a longer query is stopped")

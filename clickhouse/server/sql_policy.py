@@ -173,8 +173,33 @@ def _unreadable(tree: str) -> ClickHouseError:
     )
 
 
+PRIVATE_TABLES = frozenset({"audit_log", "audit_queue", "audit_queue_mv"})
+"""Tables of the admin user alone: the audit of who read whose job (migration 0023)."""
+
+
+def check_private(tree: str) -> None:
+    """Refuse a statement naming a private table: as a table, an identifier (`x IN t`,
+    `loop(db, t)`) or a string literal (`loop('db', 't')`). The engine has no grants, so a
+    read-only user's statement is refused from its parse tree (`merge()`, whose regex could
+    reach them, is off the allow-list)."""
+    for node in map(_node, tree.splitlines()):
+        detail = node.detail.split(" (", 1)[0]
+        if node.kind in ("TableIdentifier", "Identifier"):
+            name = detail.rsplit(".", 1)[-1]
+        elif node.kind == "Literal":
+            name = detail.strip("'")
+        else:
+            continue
+        if name in PRIVATE_TABLES:
+            raise ClickHouseError(
+                ACCESS_DENIED, f"Table {name} is for the admin user only, not read-only users"
+            )
+
+
 def check_tree(tree: str) -> None:
-    """Refuse a statement that calls a function or table function off the allow-lists."""
+    """Refuse a statement that calls a function or table function off the allow-lists, or
+    names a private table."""
+    check_private(tree)
     for call in calls(tree):
         if call.table and not table_functions().allows(call.name):
             raise ClickHouseError(

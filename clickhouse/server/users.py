@@ -63,6 +63,15 @@ def profiles(settings: ServerSettings) -> dict[str, tuple[dict[str, str], int]]:
     }
 
 
+def sql_users_enabled(settings: ServerSettings) -> bool:
+    """Whether the SQL user `reader` exists. The engine has no access control of its own: a
+    SQL user reads every row of every table, so under the `jobs` read policy it is off unless
+    an admin grants it (sql_users). Superset's user stays: Superset filters rows itself."""
+    if settings.sql_users is not None:
+        return settings.sql_users
+    return settings.read_policy != "jobs"
+
+
 def users_from_settings(settings: ServerSettings) -> dict[str, User]:
     def sql_user(name: str, password: SecretStr) -> User:
         return User(
@@ -73,10 +82,9 @@ def users_from_settings(settings: ServerSettings) -> dict[str, User]:
             max_concurrent_queries=settings.sql_max_concurrent_queries_per_user,
         )
 
-    users = [
-        User(settings.admin_user, settings.admin_password.get_secret_value(), readonly=False),
-        sql_user(settings.reader_user, settings.reader_password),
-    ]
+    users = [User(settings.admin_user, settings.admin_password.get_secret_value(), readonly=False)]
+    if sql_users_enabled(settings):
+        users.append(sql_user(settings.reader_user, settings.reader_password))
     if settings.api_password is not None:
         users.append(
             User(

@@ -129,6 +129,39 @@ def test_cluster_values_reach_the_schema_job() -> None:
     assert topics["JOBSCOPE_KAFKA_REPLICATION_FACTOR"] == "3"
 
 
+def schema_job_env(docs: list[dict]) -> dict[str, dict | str]:
+    return env_of(
+        by_kind(docs, "Job")["t-jobscope-schema"]["spec"]["template"]["spec"]["containers"][0]
+    )
+
+
+def test_sql_access_values_reach_the_schema_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The schema Job creates the SQL users' access control as the values say: the large
+    site's readers under `jobs`, Superset's user as a service; off when disabled."""
+    from clickhouse.migrate import MigrationSettings
+
+    for name, value in schema_job_env(scenario("large-site")).items():
+        if isinstance(value, str):
+            monkeypatch.setenv(name, value)
+    access = MigrationSettings(clickhouse_admin_password="unused").access_control()
+    assert (access.read_policy, access.readers, access.services) == (
+        "jobs",
+        ("alice", "bob"),
+        ("superset",),
+    )
+    assert access.layout.cluster == "jobscope"
+    small = CHART / "ci" / "small-site.yaml"
+    default = schema_job_env(render("-f", str(small)))
+    assert default["JOBSCOPE_CLICKHOUSE_ACCESS_CONTROL"] == "true"
+    assert default["JOBSCOPE_READ_POLICY"] == "open"
+    assert default["JOBSCOPE_CLICKHOUSE_SQL_READERS"] == ""
+    assert default["JOBSCOPE_CLICKHOUSE_SQL_SERVICES"] == ""
+    job_env = schema_job_env(
+        render("-f", str(small), "--set", "clickhouse.sqlAccess.enabled=false")
+    )
+    assert job_env["JOBSCOPE_CLICKHOUSE_ACCESS_CONTROL"] == "false"
+
+
 def test_env_names_are_settings_the_processes_read() -> None:
     """Every JOBSCOPE_* variable the chart sets is a field of the process's settings model."""
     from api.config import ApiSettings
@@ -209,6 +242,7 @@ def test_helm_test_hook_asks_the_api_health() -> None:
         (["--set", "api.tokens.schedulerToken=" + "x" * 15], "/api/tokens/schedulerToken"),
         (["--set", "api.tokens.tokenSecret=" + "s" * 31], "/api/tokens/tokenSecret"),
         (["--set", "api.tokens.maxTtlDays=0"], "/api/tokens/maxTtlDays"),
+        (["--set", "clickhouse.sqlAccess.readPolicy=all"], "/clickhouse/sqlAccess/readPolicy"),
         # SASL needs the Secret of the passwords; a CA only with TLS
         (["--set", "kafka.security.protocol=SASL_SSL"], "/kafka/security/existingSecret"),
         (["--set", "kafka.security.caSecret=ca"], "/kafka/security/protocol"),

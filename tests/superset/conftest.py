@@ -129,11 +129,14 @@ def post_job(
     nodes: list[str],
     start: datetime,
     end: datetime,
+    user: str = "superset-test",
+    project: str | None = None,
 ) -> None:
     """A terminated job, written through the API; returns once it is queryable."""
     job = {
         "job_id": job_id,
-        "user": "superset-test",
+        "user": user,
+        "project": project,
         "nodes": nodes,
         "start": start.isoformat() + "Z",
         "end": end.isoformat() + "Z",

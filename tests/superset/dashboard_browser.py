@@ -2,12 +2,13 @@
 
 Run by Superset's own Python (.venv-superset: Selenium ships with Superset), not by pytest:
 
-    python dashboard_browser.py SUPERSET_URL USER PASSWORD DASHBOARD_PATH SCREENSHOT TIMEOUT_S
+    python dashboard_browser.py URL USER PASSWORD DASHBOARD_PATH SCREENSHOT TIMEOUT_S [LOGIN]
 
-Logs in, opens the dashboard, waits until every chart has finished (drawn, or an error or
-"No results" message), saves a screenshot and prints one JSON object: the charts by title,
-each with its state ("rendered", "error", "empty" or "loading" on timeout), its text and, for
-tables, its rows as lists of cell texts.
+Logs in (LOGIN `form`, the default: Superset's own form; `oidc`: through the OpenID Connect
+provider's login page, as a site's users do), opens the dashboard, waits until every chart has
+finished (drawn, or an error or "No results" message), saves a screenshot and prints one JSON
+object: the charts by title, each with its state ("rendered", "error", "empty" or "loading" on
+timeout), its text and, for tables, its rows as lists of cell texts.
 """
 
 from __future__ import annotations
@@ -62,7 +63,15 @@ return Array.from(document.querySelectorAll('[data-test="dashboard-component-cha
 """
 
 
-def browse(url: str, user: str, password: str, path: str, screenshot: str, timeout: float) -> dict:
+def browse(
+    url: str,
+    user: str,
+    password: str,
+    path: str,
+    screenshot: str,
+    timeout: float,
+    login: str = "form",
+) -> dict:
     os.environ["SE_OFFLINE"] = "true"  # Selenium Manager never looks for a driver online
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
@@ -73,9 +82,14 @@ def browse(url: str, user: str, password: str, path: str, screenshot: str, timeo
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     try:
         driver.set_page_load_timeout(timeout)
-        driver.get(f"{url}/login/")
-        if not _wait(lambda: _log_in(driver, user, password), timeout):
-            raise RuntimeError(f"could not log in as {user} at {url}/login/")
+        if login == "oidc":
+            driver.get(f"{url}/login/oidc")
+            if not _wait(lambda: _log_in_at_provider(driver, url, user, password), timeout):
+                raise RuntimeError(f"could not log in as {user} through the provider")
+        else:
+            driver.get(f"{url}/login/")
+            if not _wait(lambda: _log_in(driver, user, password), timeout):
+                raise RuntimeError(f"could not log in as {user} at {url}/login/")
         driver.get(url + path)
         charts: list[dict[str, Any]] = []
 
@@ -109,6 +123,24 @@ def _log_in(driver: webdriver.Chrome, user: str, password: str) -> bool:
     return _wait(lambda: "/login" not in driver.current_url, 5)
 
 
+def _log_in_at_provider(driver: webdriver.Chrome, url: str, user: str, password: str) -> bool:
+    """One attempt at the provider's login page (Keycloak's form: username, password,
+    `kc-login`); True once the browser is back on Superset, logged in."""
+    if driver.current_url.startswith(url) and "/login" not in driver.current_url:
+        return True
+    fields = driver.find_elements(By.ID, "username") + driver.find_elements(By.ID, "password")
+    buttons = driver.find_elements(By.ID, "kc-login")
+    if len(fields) < 2 or not buttons:
+        return False
+    for field, value in zip(fields, (user, password), strict=True):
+        field.clear()
+        field.send_keys(value)
+    buttons[0].click()
+    return _wait(
+        lambda: driver.current_url.startswith(url) and "/login" not in driver.current_url, 10
+    )
+
+
 def _wait(check: Any, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -120,4 +152,5 @@ def _wait(check: Any, timeout: float) -> bool:
 
 if __name__ == "__main__":
     url, user, password, path, screenshot, timeout = sys.argv[1:7]
-    print(json.dumps(browse(url, user, password, path, screenshot, float(timeout))))
+    login = sys.argv[7] if len(sys.argv) > 7 else "form"
+    print(json.dumps(browse(url, user, password, path, screenshot, float(timeout), login)))

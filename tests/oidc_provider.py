@@ -1,0 +1,117 @@
+"""Fixtures (a plugin of tests/conftest.py): a real OpenID Connect provider (Keycloak,
+stack/oidc_provider.py: no provider is mocked) with the demo realm, and an API that trusts
+it under the `jobs` read policy. tests/identity/ and tests/superset/ use it: they form one
+scheduling unit (tests/scheduling.py), so the provider starts once."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import httpx
+import pytest
+
+from stack import oidc_provider as oidc_stack
+from stack import secrets, services
+from stack.config import StackSettings
+from tests import ports
+
+KEYS_REFRESH_MIN_S = 1
+"""The API under test reads the provider's keys again at most this often (10 s by default:
+the test only waits less for the same rotation)."""
+KEYS_CACHE_S = 8
+"""... and whenever its copy is this old (300 s by default): a retired key is refused then."""
+
+
+@dataclass(frozen=True)
+class Provider:
+    settings: oidc_stack.OidcProviderSettings
+    admin: oidc_stack.AdminApi
+    password: str
+    """the demo users' password"""
+    service_secret: str
+    api_url: str
+    """an API trusting the provider, under JOBSCOPE_READ_POLICY=jobs"""
+
+    @property
+    def token_endpoint(self) -> str:
+        return f"{self.settings.issuer}/protocol/openid-connect/token"
+
+    def token(self, user: str, client: str = oidc_stack.CLI_CLIENT) -> str:
+        """An access token of `user` (the password grant of the CLI's client)."""
+        form = {
+            "grant_type": "password",
+            "client_id": client,
+            "username": user,
+            "password": self.password,
+            "scope": "openid",
+        }
+        response = httpx.post(self.token_endpoint, data=form, timeout=30)
+        assert response.status_code == 200, response.text
+        return str(response.json()["access_token"])
+
+    def service_token(self) -> str:
+        """An access token of the service client (client credentials: a scheduler's hooks)."""
+        form = {
+            "grant_type": "client_credentials",
+            "client_id": oidc_stack.SERVICE_CLIENT,
+            "client_secret": self.service_secret,
+        }
+        response = httpx.post(self.token_endpoint, data=form, timeout=30)
+        assert response.status_code == 200, response.text
+        return str(response.json()["access_token"])
+
+
+@pytest.fixture(scope="session")
+def oidc_provider_settings() -> oidc_stack.OidcProviderSettings:
+    return oidc_stack.OidcProviderSettings(
+        port=ports.port("oidc", 0),
+        # where Superset logging in through it returns (tests/superset/test_oidc_login.py)
+        superset_url=f"http://127.0.0.1:{ports.port('superset-oidc')}",
+    )
+
+
+@pytest.fixture(scope="session")
+def oidc_provider_process(
+    stack_settings: StackSettings, oidc_provider_settings: oidc_stack.OidcProviderSettings
+) -> Iterator[None]:
+    oidc_stack.start(stack_settings, oidc_provider_settings)
+    yield
+    oidc_stack.process(stack_settings).stop(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def oidc_provider_api(
+    clickhouse: StackSettings,
+    oidc_provider_settings: oidc_stack.OidcProviderSettings,
+    oidc_provider_process: None,
+) -> Iterator[str]:
+    port = ports.port("oidc", 1)
+    env = {
+        "JOBSCOPE_OIDC_ISSUER": oidc_provider_settings.issuer,
+        "JOBSCOPE_READ_POLICY": "jobs",
+        "JOBSCOPE_OIDC_JWKS_REFRESH_MIN_S": str(KEYS_REFRESH_MIN_S),
+        "JOBSCOPE_OIDC_JWKS_CACHE_S": str(KEYS_CACHE_S),
+        "JOBSCOPE_LIVE_JOB_CHECK_S": "0.5",
+        "JOBSCOPE_OIDC_LEEWAY_S": "1",
+        # the refusals tested here would soon be answered 429 (tests/api/test_tokens.py)
+        "JOBSCOPE_AUTH_MAX_FAILURES": "1000",
+    }
+    yield services.start_api(clickhouse, name="api-oidc", port=port, env=env)
+    services.process(clickhouse, "api-oidc").stop(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def oidc_provider(
+    stack_settings: StackSettings,
+    oidc_provider_settings: oidc_stack.OidcProviderSettings,
+    oidc_provider_api: str,
+) -> Provider:
+    values = secrets.load_or_create(stack_settings.state_dir)
+    return Provider(
+        settings=oidc_provider_settings,
+        admin=oidc_stack.AdminApi(oidc_provider_settings, values["JOBSCOPE_OIDC_ADMIN_PASSWORD"]),
+        password=values["JOBSCOPE_OIDC_DEMO_PASSWORD"],
+        service_secret=values["JOBSCOPE_OIDC_SERVICE_SECRET"],
+        api_url=oidc_provider_api,
+    )
