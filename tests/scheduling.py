@@ -32,12 +32,11 @@ DURATIONS = Path(__file__).with_name("durations.json")
 DISRUPTIVE = "disruptive"
 # Tests (by path prefix) sharing a session fixture too costly to start on several workers.
 SHARED_SETUP = {
-    # Superset's tests log in through the OpenID Connect provider too (tests/oidc_provider.py)
     "tests/superset/": "superset",
     "tests/connectors/test_oar": "connect",
     "tests/connectors/test_connector_files.py": "connect",
     "tests/helm/": "helm",
-    "tests/identity/": "superset",
+    "tests/identity/": "oidc",
 }
 
 

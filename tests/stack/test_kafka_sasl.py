@@ -113,6 +113,7 @@ def test_readings_of_an_authenticated_producer_reach_clickhouse(
     admin = services.clickhouse_client(sasl_stack, "jobscope")
     try:
         environ = Path(f"/proc/{proc.pid()}/environ").read_bytes().split(b"\0")
+        assert environ != [b""], f"the producers exited at start: {proc.log_file.read_text()}"
         assert b"JOBSCOPE_KAFKA_SASL_USERNAME=producers" in environ
         wait_until(
             lambda: (
