@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -9,6 +10,12 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def cache_home() -> Path:
+    """Where what is built once per user lives (Keycloak, Superset's initialised metadata):
+    the user's cache directory, as pip's and Maven's caches."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "jobscope"
 
 
 def comma_separated(value: object) -> object:

@@ -17,7 +17,6 @@ and lists its user's groups.
 from __future__ import annotations
 
 import fcntl
-import os
 import shutil
 import subprocess
 import tarfile
@@ -30,7 +29,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from stack import secrets
-from stack.config import StackSettings
+from stack.config import StackSettings, cache_home
 from stack.processes import ManagedProcess
 from stack.transient import STARTING
 
@@ -47,10 +46,6 @@ SERVICE_CLIENT = "jobscope-service"
 SUPERSET_CLIENT = "jobscope-superset"
 
 
-def _cache_home() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "jobscope"
-
-
 class OidcProviderSettings(BaseSettings):
     """Every value can be set by an environment variable `JOBSCOPE_OIDC_PROVIDER_<NAME>`."""
 
@@ -63,7 +58,7 @@ class OidcProviderSettings(BaseSettings):
     audience: str = Field("jobscope", description="the audience of its access tokens")
     heap: str = Field("512m", description="JVM heap of the provider")
     cache_dir: Path = Field(
-        default_factory=_cache_home,
+        default_factory=cache_home,
         description="its distribution, unpacked and built once (default: the user's cache)",
     )
     superset_url: str = Field(

@@ -14,8 +14,10 @@ with the rest (its PID file is in state/pids like every other process).
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
+import shutil
 import subprocess
 import urllib.error
 import urllib.request
@@ -27,7 +29,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from stack import oidc_provider, secrets
-from stack.config import REPO_ROOT, StackSettings
+from stack.config import REPO_ROOT, StackSettings, cache_home
 from stack.processes import ManagedProcess
 from stack.transient import STARTING
 
@@ -54,6 +56,11 @@ class SupersetSettings(BaseSettings):
     workers: int = Field(2, ge=1, description="gunicorn worker processes")
     threads: int = Field(2, ge=1, description="threads per worker")
     clickhouse_user: str = Field("superset", description="Superset's read-only ClickHouse user")
+    cache_dir: Path = Field(
+        default_factory=cache_home,
+        description="a new SQLite metadata database starts from a copy initialised once per "
+        "Superset version and configuration, kept here (default: the user's cache)",
+    )
     oidc_issuer: str = Field(
         "",
         description="the site's OpenID Connect provider (its issuer URL): users log in through "
@@ -164,13 +171,28 @@ def _version(settings: SupersetSettings) -> str:
     return stamp[-1].name if stamp else "unknown"
 
 
+def _initialised_copy(settings: SupersetSettings) -> Path:
+    """The cached metadata database of this Superset version and configuration."""
+    config = hashlib.sha256((SUPERSET_DIR / "superset_config.py").read_bytes()).hexdigest()
+    version = _version(settings).removeprefix(".installed-")
+    return settings.cache_dir / f"superset-metadata-{version}-{config[:12]}.db"
+
+
 def initialise(stack: StackSettings, settings: SupersetSettings) -> None:
     """Migrations and roles once per installed Superset version; the admin user created the
-    first time, its password set again on later starts (the environment may override it)."""
+    first time, its password set again on later starts (the environment may override it).
+    A new SQLite database starts from a copy of one initialised so before (the migrations
+    take a minute or more), kept in the user's cache by the first initialisation."""
     home(stack).mkdir(parents=True, exist_ok=True)
     done = home(stack) / f".initialised-{_version(settings)}"
     earlier = list(home(stack).glob(".initialised-*"))
     password = admin_password(stack)
+    database = home(stack) / "superset.db"
+    fresh = not earlier and not settings.database_url
+    if fresh and _initialised_copy(settings).exists():
+        shutil.copyfile(_initialised_copy(settings), database)
+        done.touch()
+        earlier = [done]
     if not done.exists():
         _run(stack, settings, "db", "upgrade")
     # The password reaches `superset fab ...` by Flask's FLASK_<COMMAND>_<OPTION> variables
@@ -205,6 +227,17 @@ def initialise(stack: StackSettings, settings: SupersetSettings) -> None:
         for old in earlier:
             old.unlink()
         done.touch()
+        if fresh:
+            _keep_copy(database, _initialised_copy(settings))
+
+
+def _keep_copy(database: Path, copy: Path) -> None:
+    """Copy the database (private, as the state directory) and put it in place at once."""
+    copy.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    partial = copy.with_suffix(f".{os.getpid()}.partial")
+    shutil.copyfile(database, partial)
+    partial.chmod(0o600)
+    partial.replace(copy)
 
 
 def clickhouse_uri(stack: StackSettings, settings: SupersetSettings) -> str:

@@ -5,8 +5,10 @@ tests/scheduling.py: each worker running one starts its own provider)."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
@@ -115,3 +117,25 @@ def oidc_provider(
         service_secret=values["JOBSCOPE_OIDC_SERVICE_SECRET"],
         api_url=oidc_provider_api,
     )
+
+
+@pytest.fixture(scope="session")
+def oidc_jobs(api_url: str, api_tokens: dict[str, str]) -> dict[str, str]:
+    """A running job of alice in project p1 and one of bob in p2, by user (written by the
+    scheduler)."""
+    made = {}
+    for user, project in (("alice", "p1"), ("bob", "p2")):
+        job_id = f"oidc-{user}-{uuid.uuid4().hex[:8]}"
+        job = {
+            "job_id": job_id,
+            "user": user,
+            "project": project,
+            "nodes": ["node-1"],
+            "start": (datetime.now(UTC) - timedelta(hours=1)).isoformat(),
+            "state": "running",
+        }
+        headers = {"Authorization": f"Bearer {api_tokens['scheduler']}"}
+        response = httpx.post(f"{api_url}/api/jobs", json=job, headers=headers, timeout=30)
+        assert response.status_code == 201, response.text
+        made[user] = job_id
+    return made

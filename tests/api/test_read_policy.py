@@ -7,7 +7,6 @@ worker's stack holds other modules' jobs."""
 from __future__ import annotations
 
 import logging
-import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -32,9 +31,8 @@ from jobscope.cli import cli
 from jobscope.client import Client as ApiClient
 from jobscope.errors import ApiError
 from stack import secrets, services
-from stack.config import REPO_ROOT, StackSettings
+from stack.config import StackSettings
 from stack.processes import free_port, wait_until
-from stack.transient import STARTING
 from tests import ports
 
 from .conftest import Row, iso
@@ -73,26 +71,12 @@ def token_secret(stack_settings: StackSettings) -> str:
 def jobs_api(clickhouse: StackSettings) -> Iterator[str]:
     """An API process under the `jobs` policy, re-reading a live stream's job every 0.5 s
     (the 2 s default: the test only waits less for the same check)."""
-    port = ports.port("read-policy")
-    proc = services.process(clickhouse, f"api-read-policy-{port}")
-    env = {
-        **services.component_env(clickhouse),
-        "JOBSCOPE_API_PORT": str(port),
-        "JOBSCOPE_READ_POLICY": "jobs",
-        "JOBSCOPE_LIVE_JOB_CHECK_S": "0.5",
-    }
-    proc.start([sys.executable, "-m", "api"], env=env, cwd=REPO_ROOT, ports=[("127.0.0.1", port)])
-    url = f"http://127.0.0.1:{port}"
+    env = {"JOBSCOPE_READ_POLICY": "jobs", "JOBSCOPE_LIVE_JOB_CHECK_S": "0.5"}
+    name, port = "api-read-policy", ports.port("read-policy")
     try:
-        wait_until(
-            lambda: httpx.get(f"{url}/health", timeout=5).status_code == 200,
-            60,
-            "the API under the jobs policy",
-            transient=STARTING,
-        )
-        yield url
+        yield services.start_api(clickhouse, name=name, port=port, env=env)
     finally:
-        proc.stop(timeout=30)
+        services.process(clickhouse, name).stop(timeout=30)
 
 
 @pytest.fixture(scope="module")

@@ -150,6 +150,12 @@ def test_sql_access_values_reach_the_schema_job(monkeypatch: pytest.MonkeyPatch)
         ("superset",),
     )
     assert access.layout.cluster == "jobscope"
+    deployments = by_kind(scenario("large-site"), "Deployment")
+    api = env_of(deployments["t-jobscope-api"]["spec"]["template"]["spec"]["containers"][0])
+    assert (api["JOBSCOPE_READ_POLICY"], api["JOBSCOPE_OIDC_ISSUER"]) == (
+        "jobs",
+        "https://sso.example.org/realms/hpc",
+    )
     small = CHART / "ci" / "small-site.yaml"
     default = schema_job_env(render("-f", str(small)))
     assert default["JOBSCOPE_CLICKHOUSE_ACCESS_CONTROL"] == "true"

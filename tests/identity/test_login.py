@@ -15,9 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -84,26 +82,6 @@ def stored(config: Path) -> dict[str, Any]:
     return json.loads((config / "jobscope" / "credentials.json").read_text())["logins"]
 
 
-@pytest.fixture(scope="module")
-def jobs(api_url: str, api_tokens: dict[str, str]) -> dict[str, str]:
-    """A running job of alice and one of bob (written by the scheduler)."""
-    made = {}
-    for user in ("alice", "bob"):
-        job_id = f"login-{user}-{uuid.uuid4().hex[:8]}"
-        job = {
-            "job_id": job_id,
-            "user": user,
-            "nodes": ["node-1"],
-            "start": (datetime.now(UTC) - timedelta(minutes=1)).isoformat(),
-            "state": "running",
-        }
-        headers = {"Authorization": f"Bearer {api_tokens['scheduler']}"}
-        response = httpx.post(f"{api_url}/api/jobs", json=job, headers=headers, timeout=30)
-        assert response.status_code == 201, response.text
-        made[user] = job_id
-    return made
-
-
 @pytest.fixture
 def short_tokens(oidc_provider: Provider) -> Iterator[None]:
     """The CLI client's access tokens made short-lived at the provider, for one test."""
@@ -123,7 +101,7 @@ def short_tokens(oidc_provider: Provider) -> Iterator[None]:
 
 
 def test_login_use_refresh_logout(
-    oidc_provider: Provider, jobs: dict[str, str], short_tokens: None, tmp_path: Path
+    oidc_provider: Provider, oidc_jobs: dict[str, str], short_tokens: None, tmp_path: Path
 ) -> None:
     api = oidc_provider.api_url
     done = login(oidc_provider, tmp_path, "alice")
@@ -138,8 +116,8 @@ def test_login_use_refresh_logout(
     # the next command reads as alice: her job, not bob's
     listed = jobscope(api, tmp_path, "jobs", "--user", "alice", "--limit", "500")
     assert listed.returncode == 0, listed.stderr
-    assert jobs["alice"] in listed.stdout
-    assert jobs["bob"] not in jobscope(api, tmp_path, "jobs", "--limit", "500").stdout
+    assert oidc_jobs["alice"] in listed.stdout
+    assert oidc_jobs["bob"] not in jobscope(api, tmp_path, "jobs", "--limit", "500").stdout
     # an explicit token prevails over the stored one
     refused = jobscope(api, tmp_path, "jobs", JOBSCOPE_TOKEN="not-a-token")
     assert refused.returncode == 1 and "401" in refused.stderr
@@ -148,11 +126,11 @@ def test_login_use_refresh_logout(
     current = stored(tmp_path)[api]
     time.sleep(max(0.0, current["expires_at"] - time.time()) + 1.5)  # its fixed lifespan
     headers = {"Authorization": f"Bearer {current['access_token']}"}
-    expired = httpx.get(f"{api}/api/jobs/{jobs['alice']}", headers=headers, timeout=30)
+    expired = httpx.get(f"{api}/api/jobs/{oidc_jobs['alice']}", headers=headers, timeout=30)
     assert expired.status_code == 401, expired.text
     again = jobscope(api, tmp_path, "jobs", "--user", "alice", "--limit", "500")
     assert again.returncode == 0, again.stderr
-    assert jobs["alice"] in again.stdout
+    assert oidc_jobs["alice"] in again.stdout
     refreshed = stored(tmp_path)[api]
     assert refreshed["access_token"] != current["access_token"]
     assert refreshed["expires_at"] > time.time()

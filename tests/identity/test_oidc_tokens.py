@@ -11,7 +11,7 @@ import hmac
 import json
 import time
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -28,51 +28,30 @@ def _get(provider: Provider, token: str, path: str) -> httpx.Response:
     return httpx.get(f"{provider.api_url}{path}", headers=headers, timeout=30)
 
 
-@pytest.fixture(scope="module")
-def jobs(api_url: str, api_tokens: dict[str, str]) -> dict[str, str]:
-    """A job of alice in project p1 and one of bob in p2 (written by the scheduler)."""
-    made = {}
-    for user, project in (("alice", "p1"), ("bob", "p2")):
-        job_id = f"oidc-{user}-{uuid.uuid4().hex[:8]}"
-        job = {
-            "job_id": job_id,
-            "user": user,
-            "project": project,
-            "nodes": ["node-1"],
-            "start": (datetime.now(UTC) - timedelta(hours=1)).isoformat(),
-            "state": "running",
-        }
-        headers = {"Authorization": f"Bearer {api_tokens['scheduler']}"}
-        response = httpx.post(f"{api_url}/api/jobs", json=job, headers=headers, timeout=30)
-        assert response.status_code == 201, response.text
-        made[user] = job_id
-    return made
-
-
 @pytest.mark.parametrize(
     ("user", "sees"),
     [("alice", {"alice"}), ("bob", {"bob"}), ("pia", {"alice"}), ("sam", {"alice", "bob"})],
 )
 def test_each_user_reads_what_the_policy_allows(
-    oidc_provider: Provider, jobs: dict[str, str], user: str, sees: set[str]
+    oidc_provider: Provider, oidc_jobs: dict[str, str], user: str, sees: set[str]
 ) -> None:
     """alice and bob their own jobs, pia (project p1's manager) p1's, sam (support) all:
     another's job is a 404 as an unknown one, and missing from the list."""
     token = oidc_provider.token(user)
-    for owner, job_id in jobs.items():
+    for owner, job_id in oidc_jobs.items():
         response = _get(oidc_provider, token, f"/api/jobs/{job_id}")
         assert response.status_code == (200 if owner in sees else 404), (owner, response.text)
     listed = {j["job_id"] for j in _get(oidc_provider, token, "/api/jobs?limit=100000").json()}
-    assert {owner for owner, job_id in jobs.items() if job_id in listed} == sees
+    assert {owner for owner, job_id in oidc_jobs.items() if job_id in listed} == sees
 
 
 def test_a_service_writes_jobs_with_client_credentials(
-    oidc_provider: Provider, jobs: dict[str, str]
+    oidc_provider: Provider, oidc_jobs: dict[str, str]
 ) -> None:
     """The service client's token (role scheduler at the provider) ends alice's job; a
     user's token may not."""
     end = {"end": datetime.now(UTC).isoformat(), "state": "terminated"}
-    url = f"{oidc_provider.api_url}/api/jobs/{jobs['alice']}"
+    url = f"{oidc_provider.api_url}/api/jobs/{oidc_jobs['alice']}"
     refused = httpx.patch(url, json=end, headers=_bearer(oidc_provider.token("alice")))
     assert refused.status_code == 403, refused.text
     written = httpx.patch(url, json=end, headers=_bearer(oidc_provider.service_token()))

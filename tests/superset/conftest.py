@@ -4,13 +4,16 @@ known readings to look at."""
 
 from __future__ import annotations
 
+import json
 import shutil
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -223,3 +226,46 @@ def dataset_query(
         )
         assert response.status_code == 200, response.text
         return response.json()["result"][0]["data"]
+
+
+BROWSER = Path(__file__).with_name("dashboard_browser.py")
+
+
+def browse(
+    app: SupersetUnderTest,
+    path: str,
+    screenshot: Path,
+    login: tuple[str, str, str] | None = None,
+) -> dict[str, Any]:
+    """What every chart of the dashboard at `path` shows once finished (dashboard_browser.py,
+    run by Superset's Python, which has Selenium), logged in as Superset's admin, or as
+    `login` (user, password, "oidc": at the provider's page)."""
+    screenshot.parent.mkdir(parents=True, exist_ok=True)
+    screenshot.unlink(missing_ok=True)
+    who = login or (app.settings.admin_user, app.password, "form")
+    result = subprocess.run(
+        [
+            str(app.settings.bin("python")),
+            str(BROWSER),
+            app.url,
+            who[0],
+            who[1],
+            path,
+            str(screenshot),
+            "90",
+            who[2],
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    seen = json.loads(result.stdout)
+    assert seen["finished"], f"charts still loading after 90 s: {seen['charts']}"
+    assert screenshot.stat().st_size > 0
+    return seen
+
+
+def by_title(seen: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {chart["title"]: chart for chart in seen["charts"]}

@@ -82,14 +82,9 @@ def browse(
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     try:
         driver.set_page_load_timeout(timeout)
-        if login == "oidc":
-            driver.get(f"{url}/login/oidc")
-            if not _wait(lambda: _log_in_at_provider(driver, url, user, password), timeout):
-                raise RuntimeError(f"could not log in as {user} through the provider")
-        else:
-            driver.get(f"{url}/login/")
-            if not _wait(lambda: _log_in(driver, user, password), timeout):
-                raise RuntimeError(f"could not log in as {user} at {url}/login/")
+        driver.get(url + LOGIN_PAGES[login][0])
+        if not _wait(lambda: _log_in(driver, url, user, password, login), timeout):
+            raise RuntimeError(f"could not log in as {user} ({login}) at {url}")
         driver.get(url + path)
         charts: list[dict[str, Any]] = []
 
@@ -107,38 +102,32 @@ def browse(
         driver.quit()
 
 
-def _log_in(driver: webdriver.Chrome, user: str, password: str) -> bool:
-    """One attempt at the login form; True once the browser has left it. (The form is drawn
-    by React: keys typed before it is ready are lost, hence attempts until one succeeds.)"""
-    if "/login" not in driver.current_url:
+LOGIN_PAGES = {
+    # Superset's own form, drawn by React: keys typed before it is ready are lost
+    "form": ("/login/", (By.CSS_SELECTOR, '[data-test="login-button"]')),
+    # the provider's page (Keycloak's form: username, password, `kc-login`)
+    "oidc": ("/login/oidc", (By.ID, "kc-login")),
+}
+
+
+def _log_in(driver: webdriver.Chrome, url: str, user: str, password: str, login: str) -> bool:
+    """One attempt at the login page of `login`; True once the browser is back on Superset,
+    logged in (hence attempts until one succeeds)."""
+
+    def logged_in() -> bool:
+        return driver.current_url.startswith(url) and "/login" not in driver.current_url
+
+    if logged_in():
         return True
     fields = driver.find_elements(By.ID, "username") + driver.find_elements(By.ID, "password")
-    buttons = driver.find_elements(By.CSS_SELECTOR, '[data-test="login-button"]')
+    buttons = driver.find_elements(*LOGIN_PAGES[login][1])
     if len(fields) < 2 or not buttons:
         return False
     for field, value in zip(fields, (user, password), strict=True):
         field.clear()
         field.send_keys(value)
     buttons[0].click()
-    return _wait(lambda: "/login" not in driver.current_url, 5)
-
-
-def _log_in_at_provider(driver: webdriver.Chrome, url: str, user: str, password: str) -> bool:
-    """One attempt at the provider's login page (Keycloak's form: username, password,
-    `kc-login`); True once the browser is back on Superset, logged in."""
-    if driver.current_url.startswith(url) and "/login" not in driver.current_url:
-        return True
-    fields = driver.find_elements(By.ID, "username") + driver.find_elements(By.ID, "password")
-    buttons = driver.find_elements(By.ID, "kc-login")
-    if len(fields) < 2 or not buttons:
-        return False
-    for field, value in zip(fields, (user, password), strict=True):
-        field.clear()
-        field.send_keys(value)
-    buttons[0].click()
-    return _wait(
-        lambda: driver.current_url.startswith(url) and "/login" not in driver.current_url, 10
-    )
+    return _wait(logged_in, 10)
 
 
 def _wait(check: Any, timeout: float) -> bool:

@@ -3,12 +3,9 @@
 
 from __future__ import annotations
 
-import json
 import sqlite3
-import subprocess
 import uuid
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import clickhouse_connect
@@ -27,6 +24,8 @@ from tests.superset.conftest import (
     SECONDS,
     Scene,
     SupersetUnderTest,
+    browse,
+    by_title,
     dataset_query,
     post_job,
     sqllab,
@@ -36,7 +35,6 @@ from tests.superset.conftest import (
 # Superset starts in a minute or two and needs its own venv: not in `make test-fast`.
 pytestmark = pytest.mark.slow
 
-BROWSER = Path(__file__).with_name("dashboard_browser.py")
 JOB_CHARTS = {
     "Job",
     "Power per node (W)",
@@ -45,38 +43,6 @@ JOB_CHARTS = {
     "Network traffic (per second)",
     "Metrics of the job",
 }
-
-
-def browse(app: SupersetUnderTest, path: str, screenshot: Path) -> dict[str, Any]:
-    """What every chart of the dashboard at `path` shows once finished (dashboard_browser.py,
-    run by Superset's Python, which has Selenium)."""
-    screenshot.parent.mkdir(parents=True, exist_ok=True)
-    screenshot.unlink(missing_ok=True)
-    result = subprocess.run(
-        [
-            str(app.settings.bin("python")),
-            str(BROWSER),
-            app.url,
-            app.settings.admin_user,
-            app.password,
-            path,
-            str(screenshot),
-            "90",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    seen = json.loads(result.stdout)
-    assert seen["finished"], f"charts still loading after 90 s: {seen['charts']}"
-    assert screenshot.stat().st_size > 0
-    return seen
-
-
-def by_title(seen: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {chart["title"]: chart for chart in seen["charts"]}
 
 
 def not_drawn(seen: dict[str, Any]) -> list[tuple[str, str, str]]:

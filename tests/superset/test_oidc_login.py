@@ -9,13 +9,10 @@ Superset's own form: only a gunicorn start more."""
 
 from __future__ import annotations
 
-import json
-import subprocess
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,11 +22,10 @@ from api.routes.dashboard import job_dashboard_path
 from stack import superset
 from tests import ports
 from tests.oidc_provider import Provider
-from tests.superset.conftest import COLUMNS, SupersetUnderTest, post_job
+from tests.superset.conftest import COLUMNS, SupersetUnderTest, browse, by_title, post_job
 
 pytestmark = pytest.mark.slow
 
-BROWSER = Path(__file__).with_name("dashboard_browser.py")
 NAME = "superset-oidc"
 JOB_DASHBOARD = job_dashboard_path(None)
 
@@ -87,24 +83,9 @@ def jobs(admin_client: Client, api_url: str, api_tokens: dict[str, str]) -> Jobs
 def browse_as(oidc: OidcSuperset, user: str, path: str) -> dict[str, dict[str, Any]]:
     """The charts of the dashboard at `path` by title, as `user` sees them once logged in
     through the provider's login page."""
-    app = oidc.app
-    screenshot = superset.home(app.stack) / f"oidc-{user}.png"
-    screenshot.unlink(missing_ok=True)
-    result = subprocess.run(
-        [
-            str(app.settings.bin("python")),
-            str(BROWSER),
-            *(app.url, user, oidc.provider.password, path, str(screenshot), "90", "oidc"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    seen = json.loads(result.stdout)
-    assert seen["finished"], f"charts still loading after 90 s: {seen['charts']}"
-    return {chart["title"]: chart for chart in seen["charts"]}
+    screenshot = superset.home(oidc.app.stack) / f"oidc-{user}.png"
+    login = (user, oidc.provider.password, "oidc")
+    return by_title(browse(oidc.app, path, screenshot, login))
 
 
 def listed_jobs(charts: dict[str, dict[str, Any]]) -> set[str]:
