@@ -1,7 +1,7 @@
 """Fixtures (a plugin of tests/conftest.py): a real OpenID Connect provider (Keycloak,
 stack/oidc_provider.py: no provider is mocked) with the demo realm, and an API that trusts
-it under the `jobs` read policy, for tests/identity/ and tests/superset/ (two scheduling units,
-tests/scheduling.py: each worker running one starts its own provider)."""
+it under the `jobs` read policy, for tests/identity/ and tests/superset/ (one scheduling unit,
+tests/scheduling.py: the provider starts once)."""
 
 from __future__ import annotations
 

@@ -32,11 +32,13 @@ DURATIONS = Path(__file__).with_name("durations.json")
 DISRUPTIVE = "disruptive"
 # Tests (by path prefix) sharing a session fixture too costly to start on several workers.
 SHARED_SETUP = {
+    # The OpenID Connect provider's tests (tests/oidc_provider.py) share Superset's worker: the
+    # provider starts once, and the identity tests run before Superset's set-up.
     "tests/superset/": "superset",
     "tests/connectors/test_oar": "connect",
     "tests/connectors/test_connector_files.py": "connect",
     "tests/helm/": "helm",
-    "tests/identity/": "oidc",
+    "tests/identity/": "superset",
 }
 
 
