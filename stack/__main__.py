@@ -60,7 +60,8 @@ def status(settings: StackSettings) -> bool:
             if kafka_broker.sasl(settings)
             else ""
         ),
-        "clickhouse": f"{settings.clickhouse_url} (HTTP interface; users jobscope, reader)",
+        "clickhouse": f"{settings.clickhouse_url} (HTTP interface; users jobscope, reader: "
+        "under the jobs read policy, only with JOBSCOPE_CLICKHOUSE_SQL_USERS=true)",
         "producers": f"polling {settings.devices_file.name} -> topic readings; "
         f"http://{settings.host}:{settings.producer_metrics_port}/metrics",
         "simulators": "snmpsim 127.0.0.1:11161, snmpd (v3) :11162, ipmi_sim :9001 (udp); "
