@@ -32,7 +32,7 @@ OPEN_READS = ("/health", "/api/auth/oidc")
 """Read under every policy: the API's health, and where to get a token (`jobscope login`)."""
 
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
-_bearer = HTTPBearer(auto_error=False, description="a jobscope token (see the README)")
+_bearer = HTTPBearer(auto_error=False, description="a jobscope token (docs/access.md)")
 
 
 def _static_role(settings: ApiSettings, token: str) -> Role | None:

@@ -39,7 +39,7 @@ def up(settings: StackSettings) -> None:
     )
     print(
         f"\nTry: {read}"
-        f"\nJobs: POST {settings.api_url}/api/jobs with the token JOBSCOPE_ADMIN_TOKEN (README)"
+        f"\nJobs: POST {api}/api/jobs with the token JOBSCOPE_ADMIN_TOKEN (docs/jobs.md)"
         f"\nDocs: {settings.api_url}/docs    Stop: make down    Passwords and tokens: "
         f"{settings.state_dir / 'secrets.env'}"
     )
@@ -96,7 +96,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m stack", description=__doc__)
     parser.add_argument("command", choices=("up", "down", "status", "superset"))
     command = parser.parse_args().command
-    os.umask(0o077)  # what it writes in the state directory is private (README: security)
+    os.umask(0o077)  # what it writes in the state directory is private (docs/security.md)
     settings = StackSettings()
     if command == "up":
         try:

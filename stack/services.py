@@ -44,7 +44,7 @@ def fresh_stack(state_dir: Path) -> StackSettings:
 
 
 def component_env(settings: StackSettings, part: str | None = None) -> dict[str, str]:
-    """The environment every component reads its settings from (see the README), with the
+    """The environment every component reads its settings from (docs/configuring.md), with the
     secrets of `part` (a name of stack.secrets.OWNERS), or with every secret when None: for
     a test or a tool that starts a part by hand."""
     prepare_state_dir(settings)

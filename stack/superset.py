@@ -65,7 +65,7 @@ class SupersetSettings(BaseSettings):
         "",
         description="the site's OpenID Connect provider (its issuer URL): users log in through "
         "it, registered at their first login, their role and projects read from its access "
-        "token at each (README: Superset); empty: Superset's own passwords",
+        "token at each (docs/superset.md); empty: Superset's own passwords",
     )
     oidc_client_id: str = Field(
         oidc_provider.SUPERSET_CLIENT,

@@ -11,7 +11,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from kafka.security import KafkaClientSettings
 
 ReadPolicy = Literal["open", "authenticated", "jobs"]
-"""Who reads what (the API's JOBSCOPE_READ_POLICY; README, Security)."""
+"""Who reads what (the API's JOBSCOPE_READ_POLICY; docs/access.md)."""
 
 
 class ServerSettings(BaseSettings):

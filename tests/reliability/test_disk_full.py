@@ -350,8 +350,9 @@ def _assert_rollups_exact(
     client: Client, prefix: str, expected: dict[Key, float], hours_closed_before: float
 ) -> None:
     """The 1-minute rollup, and the 1-hour one for the hours closed before the load began,
-    hold each expected reading once (README: rollups are exact), once their refreshes (every
-    10 s, for notes before the current minute less 10 s) have taken the last inserts."""
+    hold each expected reading once (docs/data-flow.md: rollups are exact), once their
+    refreshes (every 10 s, for notes before the current minute less 10 s) have taken the last
+    inserts."""
     rollups = {"metrics_1m": (60, time.time()), "metrics_1h": (3600, hours_closed_before)}
     want = {t: _expected_buckets(expected, s, before) for t, (s, before) in rollups.items()}
     assert all(want.values()), "no closed bucket to compare"
