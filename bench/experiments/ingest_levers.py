@@ -1,6 +1,10 @@
 """What each lever of issue 14 buys, measured in-process with chdb (no Kafka, no HTTP).
 
-`python -m bench.ingest_levers` prints two tables (about 15 minutes on 2 busy cores):
+A lab notebook of one issue, kept out of `make bench`: it chose the message layout (0008),
+the rollups refreshed from pending buckets (0022) and the layout of `metrics` (0020); its
+figures are quoted in docs/data-flow.md and docs/kubernetes.md.
+
+`python -m bench.experiments.ingest_levers` prints two tables (about 15 minutes on 2 busy cores):
 
 - Ingest: CPU seconds (all threads of this process: `time.process_time`) per reading of the
   INSERTs of the bench's messages (one, or blocks of `--block-polls` messages as the Kafka
@@ -648,7 +652,9 @@ def layout_bytes(engine: Engine, database: str) -> tuple[float, float, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.ingest_levers", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.experiments.ingest_levers", description=__doc__
+    )
     parser.add_argument("--devices", type=int, default=1000, help="ingest: devices")
     parser.add_argument("--seconds", type=int, default=60, help="ingest: seconds at 5 s")
     parser.add_argument("--repeats", type=int, default=3, help="runs per ingest variant")
