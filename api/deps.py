@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from clickhouse_connect.driver.client import Client
-from fastapi import Depends, Request
+from fastapi import Depends, Path, Request
 
 from api.config import ApiSettings
 from api.limits import ExportSlots
@@ -29,3 +29,5 @@ async def get_exports(request: Request) -> ExportSlots:
 
 
 ExportsDep = Annotated[ExportSlots, Depends(get_exports)]
+
+JobId = Annotated[str, Path(description="the scheduler's job id", examples=["4242"])]

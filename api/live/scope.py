@@ -32,7 +32,7 @@ SeriesKey = tuple[str, str, tuple[tuple[str, str], ...]]
 def glob_regex(patterns: NamePatterns) -> NameMatcher | None:
     """The exact names and the globs (as SQL's LIKE reads them: `*` any text, `?` one
     character), matched in full in time linear in the name (RE2); None: every metric.
-    The route bounds the globs (api/routes/metrics.py `check_metrics`)."""
+    The route bounds the globs (api/readings.py `check_metrics`)."""
     if not patterns:
         return None
     regexes = [compile_regex(glob_to_re2(glob), dot_nl=True) for glob in patterns.globs]

@@ -7,19 +7,19 @@ from dataclasses import replace
 from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Body, Depends, Path, Query, Request
+from fastapi import APIRouter, Body, Depends, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from api import ondemand
 from api.auth import Principal, Role, principal
-from api.deps import ClickHouseDep, ExportsDep, SettingsDep
+from api.deps import ClickHouseDep, ExportsDep, JobId, SettingsDep
 from api.errors import Conflict, Forbidden
 from api.jobs import get_job, merged, write_job
 from api.params import parse_devices, parse_time
 from api.queries.catalog import catalog_query
 from api.queries.jobs import JobFilter, jobs_query
 from api.queries.summary import summarise
-from api.routes.metrics import (
+from api.readings import (
     READINGS_RESPONSES,
     AskedDep,
     ReadingsQueryDep,
@@ -45,7 +45,6 @@ from api.visibility import ViewerDep
 
 router = APIRouter(prefix="/api/jobs", tags=["jobs"])
 
-JobId = Annotated[str, Path(description="the scheduler's job id", examples=["4242"])]
 Writer = Annotated[Principal, Depends(principal(Role.SCHEDULER))]
 Activator = Annotated[Principal, Depends(principal(Role.SCHEDULER, Role.PUSHER))]
 """On-demand metrics: the scheduler, or a pusher for the jobs of its own user."""

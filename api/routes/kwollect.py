@@ -17,7 +17,7 @@ from api.params import TIME_HELP, device_name, parse_time
 from api.queries.catalog import catalog_query
 from api.queries.devices import recent_metrics_query
 from api.queries.metrics import Selection
-from api.routes.metrics import READINGS_RESPONSES, check_devices, get_metrics
+from api.readings import READINGS_RESPONSES, check_devices, get_metrics
 from api.schemas import AvailableMetric, ErrorBody, Reading
 from api.scope import job_span, now, with_aliases
 from api.visibility import OUTSIDE_JOBS, ViewerDep

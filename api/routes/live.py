@@ -7,12 +7,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 
+from api.deps import JobId
 from api.errors import Busy
 from api.live.sse import MEDIA_TYPE, EventStreamResponse
 from api.live.stream import JobStream, LiveRequest
 from api.params import TIME_HELP, parse_devices, parse_labels, parse_patterns, parse_time
-from api.routes.jobs import JobId
-from api.routes.metrics import check_devices, check_metrics
+from api.readings import check_devices, check_metrics
 from api.scope import Asked
 from api.visibility import ViewerDep
 
