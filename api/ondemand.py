@@ -7,7 +7,7 @@ publishes a tombstone for it. Two ways in:
 - `POST /api/jobs/{id}/on-demand` with a metric pattern;
 - Kwollect's way: an OAR job of type `monitor` or `monitor=<regexp>` (the OAR hook sends the
   job types as the label `types`), activated when the job is written as running.
-A pattern is RE2's, as the producers run it (producers/patterns.py: linear in the name):
+A pattern is RE2's, as the producers run it (kafka/patterns.py: linear in the name):
 a longer one than `JOBSCOPE_ONDEMAND_MAX_PATTERN_CHARS`, or one RE2 refuses, is a 400 (a
 `monitor=` type: the job is written, not activated, and the API logs why).
 """
@@ -25,7 +25,7 @@ from api.kafka import KafkaPublisher
 from api.params import iso
 from api.schemas import Job, JobCreate, JobState, OnDemand
 from api.scope import now
-from producers.patterns import PatternError, prefix_matcher
+from kafka.patterns import PatternError, prefix_matcher
 
 MONITOR_TYPE = re.compile(r"^monitor(?:=(.*))?$")
 log = logging.getLogger(__name__)

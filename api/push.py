@@ -33,8 +33,8 @@ from api.params import TIME_HELP, device_name, iso, to_time, to_us
 from api.push_limits import PushLimits
 from api.scope import now
 from api.tokens import Principal, Role
-from producers.message import pack_by_device
-from producers.reading import Reading
+from kafka.message import pack_by_device
+from kafka.reading import Reading
 
 NDJSON = "application/x-ndjson"
 SOURCE_LABEL = "source"

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from starlette.exceptions import HTTPException
 
 from api.config import ApiSettings
-from producers.reading import Reading
+from kafka.reading import Reading
 
 
 @dataclass

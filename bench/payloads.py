@@ -145,7 +145,7 @@ def _byte_columns(starts: np.ndarray, width: int) -> np.ndarray:
 
 
 def rowbinary(data: Dataset) -> Encoder:
-    """Rows as producers/message.py `pack` writes each reading (no labels): Int64 LE
+    """Rows as kafka/message.py `pack` writes each reading (no labels): Int64 LE
     microseconds, device_id and metric_id as varint length + UTF-8, Float64 LE value, 0x00
     (no labels). A production message is `header(count)` followed by such rows.
 
@@ -268,7 +268,7 @@ FORMATS: dict[str, Callable[[Dataset], Encoder]] = {
 class KafkaMessages:
     """The rows (one per reading) of one part of a data set in one file, where each row starts,
     and the polls in order: messages are slices of whole rows of one poll (one device). In
-    RowBinary, a production message is producers/message.py `header` of its count of readings
+    RowBinary, a production message is kafka/message.py `header` of its count of readings
     followed by such a slice; without it, a slice is a message of a row per reading."""
 
     def __init__(
@@ -297,7 +297,7 @@ def kafka_messages(
     data: Dataset, part: int = 0, parts: int = 1, fmt: str = PRODUCTION_FORMAT
 ) -> KafkaMessages:
     """The readings of `part`, one row each in `fmt` (RowBinary: byte for byte the readings'
-    rows of producers/message.py `pack`, without the count that opens a message), cached on
+    rows of kafka/message.py `pack`, without the count that opens a message), cached on
     disk."""
     stem = data.folder / f"{fmt.lower()}-{part}-of-{parts}"
     body, index, polls = (stem.with_suffix(s) for s in (".body", ".rows.npy", ".polls.npy"))

@@ -29,10 +29,20 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from clickhouse.access import AccessControl, ReadPolicy, apply_access_control
 from clickhouse.cluster import ClusterLayout
-from stack.config import comma_separated
-from stack.topics import OAR_CHANGES
+from kafka.topics import OAR_CHANGES
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+
+
+def comma_separated(value: object) -> object:
+    """A list setting given as `a,b,c` in its environment variable (with NoDecode, which
+    keeps pydantic-settings from reading it as JSON): `Annotated[list[X], NoDecode,
+    BeforeValidator(comma_separated)]`."""
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value
+
+
 log = logging.getLogger("clickhouse.migrate")
 SiteName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]+$")]
 """A site's name (its MirrorMaker 2 cluster alias): the prefix of its mirrored topics."""

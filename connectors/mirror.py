@@ -27,10 +27,10 @@ from clickhouse.migrate import SiteName
 from connectors import maven
 from connectors.worker import CONNECTORS_DIR, JAR_CACHE, LOG4J_CONFIG, escape_property
 from kafka.security import KafkaClientSettings
+from kafka.topics import JOBS, OAR_CHANGES, READINGS
 from stack import secrets
 from stack.config import REPO_ROOT
 from stack.processes import ManagedProcess
-from stack.topics import JOBS, OAR_CHANGES, READINGS
 from stack.transient import KAFKA_STARTING
 
 MAIN = "org.apache.kafka.connect.mirror.MirrorMaker"

@@ -111,7 +111,7 @@ class ProducerSettings(KafkaClientSettings):
     json_topic: str = Field(
         "",
         description="also publish each message's readings as JSON lines to this topic "
-        "(producers/WIRE_FORMAT.md); empty: off",
+        "(kafka/WIRE_FORMAT.md); empty: off",
     )
     ondemand_topic: str = Field(
         "ondemand", min_length=1, description="compacted topic of on-demand activations"

@@ -23,7 +23,7 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from producers.reading import Reading
+from kafka.reading import Reading
 
 if TYPE_CHECKING:
     from producers.plugins.base import Plugin

@@ -9,7 +9,7 @@ end. It is published on the compacted on-demand topic (`ondemand`, keyed by acti
 
 `metrics` is a regular expression matched from the start of the metric name, as Kwollect
 takes `oarsub -t monitor='<regexp>'`; null means every metric. It is RE2's syntax, run in
-time linear in the name (producers/patterns.py): an activation whose pattern is longer than
+time linear in the name (kafka/patterns.py): an activation whose pattern is longer than
 `JOBSCOPE_ONDEMAND_MAX_PATTERN_CHARS` or not RE2's (backreferences, look-around) is
 refused, logged and counted (`activations_refused`), and polling goes on. `until` null
 means until removed (a job's activation is removed when the job ends). An entry is
@@ -33,7 +33,7 @@ from typing import Any
 import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 
-from producers.patterns import NameMatcher, PatternError, prefix_matcher
+from kafka.patterns import NameMatcher, PatternError, prefix_matcher
 
 ALIAS_LABEL = "_device_alias"
 _BATCH = 500

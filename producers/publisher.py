@@ -42,8 +42,8 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
+from kafka.message import json_lines, unpack
 from producers.config import ProducerSettings
-from producers.message import json_lines, unpack
 from producers.spool import Spool, SpoolItem, SpoolRecord
 
 log = logging.getLogger(__name__)

@@ -23,15 +23,15 @@ import time
 from collections.abc import Hashable, Sequence
 from dataclasses import asdict, dataclass, field
 
+from kafka.message import pack_by_device
+from kafka.reading import Reading
 from producers.config import ProducerSettings
 from producers.entry import DeviceEntry
-from producers.message import pack_by_device
 from producers.monitoring import Monitor, Probe
 from producers.ondemand import ALIAS_LABEL, Activations, Follower
 from producers.plugins import plugin_for
 from producers.plugins.base import Plugin, Skips
 from producers.publisher import Publisher, client_logger
-from producers.reading import Reading
 from producers.redact import redact_text, redact_url
 
 log = logging.getLogger(__name__)

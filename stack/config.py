@@ -18,15 +18,6 @@ def cache_home() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "jobscope"
 
 
-def comma_separated(value: object) -> object:
-    """A list setting given as `a,b,c` in its environment variable (with NoDecode, which
-    keeps pydantic-settings from reading it as JSON): `Annotated[list[X], NoDecode,
-    BeforeValidator(comma_separated)]`."""
-    if isinstance(value, str):
-        return [part.strip() for part in value.split(",") if part.strip()]
-    return value
-
-
 class StackSettings(BaseSettings):
     """Every value can be set by an environment variable `JOBSCOPE_<NAME>`."""
 

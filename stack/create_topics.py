@@ -9,8 +9,8 @@ from dataclasses import replace
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
+from kafka import topics
 from kafka.security import KafkaClientSettings
-from stack import topics
 
 
 class TopicSettings(KafkaClientSettings):

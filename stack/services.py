@@ -18,7 +18,8 @@ import clickhouse_connect
 from clickhouse_connect.driver.client import Client
 
 from clickhouse.migrate import MigrationSettings, apply_migrations, connect
-from stack import kafka_broker, oidc_provider, secrets, topics
+from kafka import topics
+from stack import kafka_broker, oidc_provider, secrets
 from stack.config import REPO_ROOT, StackSettings
 from stack.processes import ManagedProcess, free_port, wait_until
 from stack.transient import KAFKA_STARTING, STARTING

@@ -16,7 +16,8 @@ import pytest
 from clickhouse_connect.driver.client import Client
 from confluent_kafka.admin import AdminClient
 
-from stack import secrets, services, topics
+from kafka import topics
+from stack import secrets, services
 from stack.config import StackSettings
 from stack.processes import wait_until
 from tests import ports

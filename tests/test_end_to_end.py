@@ -15,9 +15,9 @@ import httpx
 from clickhouse_connect.driver.client import Client
 from confluent_kafka import Producer
 
-from producers.message import pack
+from kafka.message import pack
+from kafka.reading import Reading
 from producers.plugins.tester.plugin import tester_value
-from producers.reading import Reading
 from stack import services
 from stack.config import StackSettings
 from stack.processes import wait_until

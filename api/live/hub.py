@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from producers.message import unpack
-from producers.reading import Reading
+from kafka.message import unpack
+from kafka.reading import Reading
 
 log = logging.getLogger("jobscope.api.live")
 _POLL_S = 0.05

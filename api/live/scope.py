@@ -18,9 +18,9 @@ from typing import Any
 
 from api.params import NamePatterns, glob_to_re2
 from api.queries.metrics import ALIAS
-from producers.message import iso_us
-from producers.patterns import NameMatcher, compile_regex
-from producers.reading import Reading
+from kafka.message import iso_us
+from kafka.patterns import NameMatcher, compile_regex
+from kafka.reading import Reading
 
 ORIGINS = "_device_orig"
 Row = dict[str, Any]

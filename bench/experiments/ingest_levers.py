@@ -24,7 +24,7 @@ figures are quoted in docs/data-flow.md and docs/kubernetes.md.
 
 The data are the bench's (bench/dataset.py, cached under state/bench/data like the bench's),
 the current messages its RowBinary rows (bench/payloads.py) each opened by
-producers/message.py `header`, as the bench sends them.
+kafka/message.py `header`, as the bench sends them.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ from bench.systems.base import Selection
 from bench.systems.jobscope import READINGS_SQL, _clickhouse_time
 from clickhouse import rollups
 from clickhouse.migrate import MIGRATIONS_DIR, MigrationSettings, render, statements, superseded
-from producers.message import header
+from kafka.message import header
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DATA_ROOT = REPO_ROOT / "state" / "bench" / "data"

@@ -66,7 +66,7 @@ class ReadingsCounter(TopicFollower):
         self.messages: list[tuple[int, int]] = []
 
     def take(self, key: bytes, value: bytes) -> None:
-        from producers.message import unpack
+        from kafka.message import unpack
 
         readings = unpack(value)
         if readings:

@@ -92,7 +92,7 @@ def message_span(payload: bytes) -> tuple[int, int, int]:
     """(readings, first timestamp, last timestamp) of a readings message whose readings share
     their device and metric and carry no labels (fixed-size rows): read from its first and
     last rows only, so that counting 200,000 readings/s costs this process little."""
-    from producers.message import unpack
+    from kafka.message import unpack
 
     count, shift, pos = 0, 0, 0
     while True:
@@ -169,7 +169,8 @@ def write_devices_file(path: Path, specs: list[MeterSpec]) -> Path:
 
 
 def _jobscope(work: Path, quick: bool) -> dict[str, Any]:
-    from stack import services, topics
+    from kafka import topics
+    from stack import services
 
     settings = services.fresh_stack(work / "stack")
     meters = Wattmetres(work / "meters", _meters(METERS[quick], "wmj"), free_port(), seed=SEED)

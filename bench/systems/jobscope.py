@@ -18,7 +18,7 @@ Measured here, beyond the common figures:
   JSONEachRow, CSV, a row per reading through a bare Kafka table).
 
 The messages are the producers' own: one RowBinary array of the readings of one device and
-tick, byte for byte what producers/message.py `pack` makes of them (checked before every
+tick, byte for byte what kafka/message.py `pack` makes of them (checked before every
 ingest). Each drain's database is dropped once its figures are taken.
 """
 
@@ -48,11 +48,12 @@ from bench.systems import jobscope_abuse, jobscope_api
 from bench.systems.base import Ingest, Selection, System, run_parallel
 from clickhouse import rollups
 from clickhouse.migrate import MigrationSettings, apply_migrations, render
+from kafka import topics
+from kafka.message import READING_STRUCTURE, header, pack
+from kafka.reading import Reading
 from producers.config import ProducerSettings
-from producers.message import READING_STRUCTURE, header, pack
 from producers.publisher import producer_config
-from producers.reading import Reading
-from stack import kafka_broker, services, topics
+from stack import kafka_broker, services
 from stack.config import StackSettings
 from stack.processes import free_port, wait_until
 
@@ -224,7 +225,7 @@ class Jobscope(System):
         """Send every message of `parts` (one thread and one client per part); return the
         number of messages acknowledged. A message is `per_message` rows of one poll, opened
         by the count of its readings if `arrays` (the production message: one array, see
-        producers/message.py), else the rows alone (a row per reading)."""
+        kafka/message.py), else the rows alone (a row per reading)."""
         sent = [0] * len(parts)
         names = [n.encode() for n in data.devices]
         opening = header(per_message) if arrays else b""
@@ -730,7 +731,7 @@ def _log_drain(what: str, v: dict[str, Any]) -> None:
 
 def _messages(data: Dataset, fmt: str = payloads.PRODUCTION_FORMAT) -> list[payloads.KafkaMessages]:
     """The messages of each producer thread; in the production format, checked first to be
-    what producers/message.py `pack` makes of the same readings."""
+    what kafka/message.py `pack` makes of the same readings."""
     parts = [payloads.kafka_messages(data, p, PRODUCERS, fmt) for p in range(PRODUCERS)]
     if fmt == payloads.PRODUCTION_FORMAT:
         for part in parts:
@@ -747,7 +748,7 @@ def _bare_queue(production: MigrationSettings, table: str, fmt: str) -> str:
 def _pack_poll(
     data: Dataset, tick: int, dev: int, timestamp_us: int, labels: dict[str, str]
 ) -> bytes:
-    """One poll's readings as the producers send them: producers/message.py `pack`."""
+    """One poll's readings as the producers send them: kafka/message.py `pack`."""
     devices = data.devices
     values = data.values[tick, dev].tolist()
     return pack(

@@ -49,8 +49,8 @@ from confluent_kafka import Producer
 
 from bench.polling.cpu import machine_ticks
 from bench.systems.jobscope_api import rows
-from producers.message import pack
-from producers.reading import Reading
+from kafka.message import pack
+from kafka.reading import Reading
 from stack import kafka_broker, services
 from stack.config import StackSettings
 from stack.processes import wait_until

@@ -8,9 +8,8 @@ RUN python -m venv /opt/venv \
 FROM python:3.11.7-slim-bookworm
 COPY --from=build /opt/venv /opt/venv
 WORKDIR /app
-# The API packs readings with the producers' wire format (producers/message.py).
+# The API packs readings with the producers' wire format (kafka/message.py).
 COPY api/ api/
-COPY producers/ producers/
 COPY kafka/ kafka/
 RUN useradd --uid 10001 --user-group --no-create-home jobscope
 USER 10001:10001

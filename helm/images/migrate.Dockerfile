@@ -10,7 +10,6 @@ FROM python:3.11.7-slim-bookworm
 COPY --from=build /opt/venv /opt/venv
 WORKDIR /app
 COPY clickhouse/ clickhouse/
-COPY stack/ stack/
 COPY kafka/ kafka/
 RUN useradd --uid 10001 --user-group --no-create-home jobscope
 USER 10001:10001

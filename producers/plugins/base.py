@@ -23,8 +23,8 @@ from pydantic import BaseModel, ValidationError
 from producers.ondemand import Activations
 
 if TYPE_CHECKING:
+    from kafka.reading import Reading
     from producers.entry import DeviceEntry
-    from producers.reading import Reading
 
 Options = TypeVar("Options", bound=BaseModel)
 

@@ -15,8 +15,8 @@ from clickhouse_connect.driver.client import Client
 from confluent_kafka import Producer
 
 from jobscope.client import Client as ApiClient
-from producers.message import pack_by_device
-from producers.reading import Reading
+from kafka.message import pack_by_device
+from kafka.reading import Reading
 from stack.config import StackSettings
 from stack.processes import wait_until
 

@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
-from producers.reading import Reading
+from kafka.reading import Reading
 from stack import services
 from stack.config import REPO_ROOT, StackSettings
 from stack.processes import ManagedProcess, free_port, wait_until

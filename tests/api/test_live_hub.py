@@ -21,8 +21,8 @@ from confluent_kafka import Consumer, Message, Producer
 
 from api.live import hub as hub_module
 from api.live.hub import ReadingsHub, Subscription, _Progress
-from producers.message import pack_by_device
-from producers.reading import Reading
+from kafka.message import pack_by_device
+from kafka.reading import Reading
 from stack.processes import wait_until
 from tests.conftest import new_topic
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from api.live.scope import LiveScope, Seam, glob_regex
 from api.params import parse_patterns
-from producers.message import iso_us
-from producers.reading import Reading
+from kafka.message import iso_us
+from kafka.reading import Reading
 
 T = 1_795_400_000_123_456
 

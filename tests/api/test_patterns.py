@@ -2,7 +2,7 @@
 (`**********x`, `(a+)+$`) is matched in time linear in the name, or refused with a 400
 naming the parameter; meanwhile `/health` answers within its promise (`health_timeout_s`).
 
-Before RE2 (producers/patterns.py), a live stream's glob became a Python regex run on the
+Before RE2 (kafka/patterns.py), a live stream's glob became a Python regex run on the
 event loop: seconds per reading, and every other request of the API waited.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 
 from api.config import ApiSettings
-from producers.reading import Reading
+from kafka.reading import Reading
 from stack import services
 from stack.config import StackSettings
 from stack.processes import wait_until

@@ -16,7 +16,7 @@ from clickhouse_connect.driver.exceptions import DatabaseError
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from stack import topics
+from kafka import topics
 from stack.config import StackSettings
 from stack.processes import wait_until
 from stack.transient import KAFKA_STARTING

@@ -13,11 +13,11 @@ import uuid
 from clickhouse_connect.driver.client import Client
 from confluent_kafka import Producer
 
-from producers.message import pack
-from producers.reading import Reading
+from kafka.message import pack
+from kafka.reading import Reading
+from kafka.topics import READINGS
 from stack.config import StackSettings
 from stack.processes import wait_until
-from stack.topics import READINGS
 
 IDLE_S = 45.0
 # last_poll_time has whole seconds; a consumer polled at every turn (~1 s) reads 1-2 s old.

@@ -22,8 +22,8 @@ from clickhouse_connect.driver.client import Client
 from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
 
 from connectors.mirror import MirrorMaker, MirrorSettings
-from producers.message import pack
-from producers.reading import Reading
+from kafka.message import pack
+from kafka.reading import Reading
 from stack import services
 from stack.config import StackSettings
 from stack.processes import wait_until

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from producers.message import unpack
+from kafka.message import unpack
 from producers.publisher import DeliveryCounters, QueueDepth
 
 

@@ -22,11 +22,12 @@ from fastapi.testclient import TestClient
 
 from api.config import ApiSettings
 from api.main import create_app
+from kafka import topics
+from kafka.message import pack, unpack
+from kafka.reading import Reading
 from producers.config import ProducerSettings
-from producers.message import pack, unpack
 from producers.publisher import Publisher
-from producers.reading import Reading
-from stack import secrets, services, topics
+from stack import secrets, services
 from stack.config import REPO_ROOT, StackSettings
 from stack.processes import wait_until
 from stack.transient import KAFKA_STARTING

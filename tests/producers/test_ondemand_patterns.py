@@ -3,7 +3,7 @@ the shard's polling, and one RE2 refuses, or one too long, is refused, logged an
 while polling goes on.
 
 Anyone who can write the on-demand topic (the API for a pusher's own job, the scheduler's
-`monitor=` type, a Kafka client) chooses the pattern; before RE2 (producers/patterns.py) it
+`monitor=` type, a Kafka client) chooses the pattern; before RE2 (kafka/patterns.py) it
 was matched with Python's `re` on the producer's event loop, and `(a+)+_y` against an
 entry named `aaaa...a_x` held every device of the shard for seconds.
 """

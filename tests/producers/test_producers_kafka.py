@@ -19,9 +19,9 @@ import httpx
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
-from producers.message import unpack
+from kafka.message import unpack
+from kafka.reading import Reading
 from producers.plugins.tester.plugin import tester_value
-from producers.reading import Reading
 from producers.runtime import now_us
 from stack import services
 from stack.config import StackSettings

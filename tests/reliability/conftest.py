@@ -16,8 +16,8 @@ from clickhouse_connect.driver.client import Client
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
 from api.params import to_us
-from producers.message import pack, unpack
-from producers.reading import Reading
+from kafka.message import pack, unpack
+from kafka.reading import Reading
 from stack import services
 from stack.config import StackSettings
 from stack.processes import wait_until

@@ -26,8 +26,9 @@ from clickhouse_connect.driver.client import Client
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from clickhouse.migrate import MigrationSettings
-from producers.message import unpack
-from stack import services, topics
+from kafka import topics
+from kafka.message import unpack
+from stack import services
 from stack.config import REPO_ROOT, StackSettings
 from stack.processes import wait_until
 from stack.transient import CLICKHOUSE_STARTING

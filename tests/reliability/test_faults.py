@@ -16,8 +16,8 @@ import pytest
 from clickhouse_connect.driver.client import Client
 from confluent_kafka import Producer
 
-from producers.message import pack
-from producers.reading import Reading
+from kafka.message import pack
+from kafka.reading import Reading
 from stack import services
 from stack.config import StackSettings
 from stack.processes import wait_until

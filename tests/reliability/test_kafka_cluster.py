@@ -23,11 +23,12 @@ import pytest
 from clickhouse_connect.driver.client import Client
 from confluent_kafka.admin import AdminClient
 
+from kafka import topics
+from kafka.message import pack
+from kafka.reading import Reading
 from producers.config import ProducerSettings
-from producers.message import pack
 from producers.publisher import CloseResult, Publisher
-from producers.reading import Reading
-from stack import kafka_broker, services, topics
+from stack import kafka_broker, services
 from stack.config import StackSettings
 from stack.processes import wait_until
 from stack.transient import KAFKA_STARTING

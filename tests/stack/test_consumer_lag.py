@@ -1,4 +1,4 @@
-"""The consumer lag that `make down` waits on before stopping ClickHouse (stack/topics.py)."""
+"""The consumer lag that `make down` waits on before stopping ClickHouse (kafka/topics.py)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ import uuid
 
 from confluent_kafka import Producer
 
-from producers.message import pack
-from producers.reading import Reading
-from stack import services, topics
+from kafka import topics
+from kafka.message import pack
+from kafka.reading import Reading
+from stack import services
 from stack.config import StackSettings
 from stack.processes import wait_until
 from stack.transient import KAFKA_STARTING

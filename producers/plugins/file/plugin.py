@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
+from kafka.reading import Reading
 from producers.plugins.base import OneRequestPlugin
 from producers.plugins.prometheus.exposition import ExpositionError, Sample, parse_text
 from producers.plugins.prometheus.selection import Selection, SelectOptions, query_options
-from producers.reading import Reading
 
 if TYPE_CHECKING:
     from producers.entry import DeviceEntry

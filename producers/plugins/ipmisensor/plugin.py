@@ -18,8 +18,8 @@ from urllib.parse import unquote, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
+from kafka.reading import Reading
 from producers.plugins.base import OneRequestPlugin, ProcessLimit, validated
-from producers.reading import Reading
 
 if TYPE_CHECKING:
     from producers.entry import DeviceEntry

@@ -15,6 +15,7 @@ from urllib.parse import unquote, urlencode, urlsplit
 import httpx
 from pydantic import Field, model_validator
 
+from kafka.reading import Reading
 from producers.plugins.base import OneRequestPlugin, validated
 from producers.plugins.prometheus.exposition import (
     ExpositionError,
@@ -23,7 +24,6 @@ from producers.plugins.prometheus.exposition import (
     parse_text,
 )
 from producers.plugins.prometheus.selection import Selection, SelectOptions, query_options
-from producers.reading import Reading
 
 if TYPE_CHECKING:
     from producers.entry import DeviceEntry

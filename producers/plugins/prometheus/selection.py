@@ -33,9 +33,9 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from kafka.reading import Reading
 from producers.plugins.base import Options, url_options
 from producers.plugins.prometheus.exposition import Sample
-from producers.reading import Reading
 
 if TYPE_CHECKING:
     from producers.entry import DeviceEntry

@@ -16,11 +16,11 @@ from typing import Self
 
 from gufo.snmp.typing import ValueType
 
+from kafka.reading import Reading
 from producers.entry import DeviceEntry
 from producers.plugins.base import Plugin
 from producers.plugins.snmp import options as opts
 from producers.plugins.snmp.client import AgentClient, AgentUnavailable
-from producers.reading import Reading
 
 log = logging.getLogger(__name__)
 ALIAS = "_device_alias"

@@ -17,8 +17,8 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from kafka.reading import Reading
 from producers.plugins.base import Plugin, url_options
-from producers.reading import Reading
 
 if TYPE_CHECKING:
     from producers.entry import DeviceEntry

@@ -12,13 +12,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Self
 
+from kafka.reading import Reading
 from producers.ondemand import ALIAS_LABEL
 from producers.plugins.base import Plugin
 from producers.plugins.wattmeter.frames import NAN, PARSERS, FrameError
 from producers.plugins.wattmeter.options import Meter, parse, port_device
 from producers.plugins.wattmeter.series import Batch, PortSeries
 from producers.plugins.wattmeter.stream import Buffer, Stream
-from producers.reading import Reading
 
 if TYPE_CHECKING:
     from producers.entry import DeviceEntry

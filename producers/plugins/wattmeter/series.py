@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from producers.reading import Reading
+from kafka.reading import Reading
 
 FRAME_PERIOD_MS = 20
 """A meter sends 50 frames per second: a period of at most this keeps every frame."""

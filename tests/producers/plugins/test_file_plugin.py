@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 import yaml
 
+from kafka.reading import Reading
 from producers.config import load_devices
 from producers.entry import DeviceEntry
 from producers.plugins.base import Plugin, Skips
 from producers.plugins.file import plugin as file_plugin
 from producers.plugins.prometheus.plugin import PrometheusPlugin
-from producers.reading import Reading
 from producers.runtime import build_groups
 from stack.simulators.node_exporter import NodeExporter
 

@@ -20,12 +20,12 @@ import yaml
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, start_http_server
 from prometheus_client.parser import text_string_to_metric_families
 
+from kafka.reading import Reading
 from producers.config import ProducerSettings, load_devices
 from producers.entry import DeviceEntry
 from producers.plugins.base import Skips
 from producers.plugins.prometheus import plugin as prom
 from producers.plugins.prometheus.exposition import ExpositionError, parse_text
-from producers.reading import Reading
 from producers.runtime import Runtime, build_groups
 from stack.simulators.node_exporter import NodeExporter
 from tests import ports

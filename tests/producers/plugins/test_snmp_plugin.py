@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 import yaml
 
+from kafka.reading import Reading
 from producers.config import ProducerSettings, load_devices
 from producers.entry import DeviceEntry
 from producers.plugins.base import Plugin, Skips
 from producers.plugins.snmp.client import AgentUnavailable
 from producers.plugins.snmp.options import parse
-from producers.reading import Reading
 from producers.runtime import Runtime, build_groups
 from stack.simulators.snmpd import Snmpd
 from stack.simulators.snmpsim import SnmpSim

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from kafka.reading import Reading
 from producers.entry import DeviceEntry
 from producers.plugins import plugin_for
 from producers.plugins.tester import plugin as tester
 from producers.plugins.tester.plugin import metric_ids, tester_value
-from producers.reading import Reading
 
 TIMESTAMP_US = 1_795_288_158_123_456
 

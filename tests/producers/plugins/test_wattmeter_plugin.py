@@ -22,18 +22,18 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from kafka.message import unpack
+from kafka.patterns import prefix_matcher
+from kafka.reading import Reading
 from producers.config import load_devices
 from producers.entry import DeviceEntry
-from producers.message import unpack
 from producers.ondemand import Activation, Activations
-from producers.patterns import prefix_matcher
 from producers.plugins import plugin_for
 from producers.plugins.base import Skips
 from producers.plugins.wattmeter import plugin as wattmeter
 from producers.plugins.wattmeter.frames import FrameError, parse_v2, parse_v3
 from producers.plugins.wattmeter.options import load_mapping
 from producers.plugins.wattmeter.stream import Buffer
-from producers.reading import Reading
 from stack.config import REPO_ROOT
 from stack.processes import wait_until
 from stack.simulators.wattmetre import MeterSpec, Wattmetres

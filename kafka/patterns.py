@@ -7,8 +7,8 @@ request or poll of the process waits. RE2 (google-re2) runs in time linear in th
 refuses what it cannot run so (backreferences, look-around). Each name's answer is kept
 (a bounded memo), so a stream of readings costs a dict lookup per reading.
 
-Shared by the producers and the API, which already imports the producers' wire format
-(producers/message.py); this module imports nothing of either.
+Part of the Kafka contract (kafka/): the producers and the API share it; it imports nothing
+of either.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ device and tick:
 
 (A message may hold several such arrays one after the other; `unpack` reads them all.)
 The byte-by-byte specification for decoders in other languages, with test vectors, is
-producers/WIRE_FORMAT.md (vectors: producers/wire_vectors.json).
+kafka/WIRE_FORMAT.md (vectors: kafka/wire_vectors.json).
 
 Chosen by measurement (bench/, and the notes of the benchmark issue): against newline-
 delimited JSON, RowBinary drains 1.5-1.7x faster, messages are 3.6x smaller (35 instead of
@@ -38,7 +38,7 @@ from typing import NamedTuple
 
 import orjson
 
-from producers.reading import Reading
+from kafka.reading import Reading
 
 READING_STRUCTURE = (
     "timestamp DateTime64(6, 'UTC'), device_id String, metric_id String, "
@@ -113,7 +113,7 @@ def iso_us(timestamp_us: int) -> str:
 
 
 def json_lines(readings: Iterable[Reading]) -> bytes:
-    """The JSON topic's message body (producers/WIRE_FORMAT.md, "The JSON topic"): one object
+    """The JSON topic's message body (kafka/WIRE_FORMAT.md, "The JSON topic"): one object
     per finite reading, each followed by a newline."""
     dumps = orjson.dumps
     return b"".join(

@@ -30,7 +30,7 @@ ALL_TOPICS = (READINGS, JOBS, ON_DEMAND, OAR_CHANGES, TOKEN_REVOCATIONS, AUDIT)
 
 
 def json_readings(name: str) -> TopicSpec:
-    """The opt-in JSON copy of the readings topic (producers/WIRE_FORMAT.md)."""
+    """The opt-in JSON copy of the readings topic (kafka/WIRE_FORMAT.md)."""
     return TopicSpec(name, READINGS.partitions, {"compression.type": "producer"})
 
 

@@ -1,5 +1,5 @@
-"""The test vectors of the readings topic (producers/wire_vectors.json, documented in
-producers/WIRE_FORMAT.md): the reference codec and ClickHouse itself agree with them, so
+"""The test vectors of the readings topic (kafka/wire_vectors.json, documented in
+kafka/WIRE_FORMAT.md): the reference codec and ClickHouse itself agree with them, so
 a decoder written against the vectors reads what jobscope writes."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import pytest
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import DatabaseError
 
-from producers.message import MESSAGE_STRUCTURE, pack, unpack
-from producers.reading import Reading
+from kafka.message import MESSAGE_STRUCTURE, pack, unpack
+from kafka.reading import Reading
 
-VECTORS = json.loads((Path(__file__).parents[2] / "producers" / "wire_vectors.json").read_text())
+VECTORS = json.loads((Path(__file__).parents[2] / "kafka" / "wire_vectors.json").read_text())
 VALID: list[dict[str, Any]] = VECTORS["valid"]
 MALFORMED: list[dict[str, Any]] = VECTORS["malformed"]
 UTF8_ONLY = {"bad_utf8_device_id", "bad_utf8_label"}

@@ -14,8 +14,8 @@ import chdb
 import orjson
 import pytest
 
-from producers.message import MESSAGE_STRUCTURE, header, pack, unpack
-from producers.reading import Reading
+from kafka.message import MESSAGE_STRUCTURE, header, pack, unpack
+from kafka.reading import Reading
 
 READINGS = [
     Reading(1_795_288_158_123_456, "node-1", "bmc_power_watt", 138.5, {"k": "v"}),
