@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import SettingsConfigDict
 
+from kafka import topics
 from kafka.security import KafkaClientSettings
 
 MIN_TOKEN_CHARS = 16
@@ -30,9 +31,9 @@ class ApiSettings(KafkaClientSettings):
         description="the API reads as its own read-only ClickHouse user (not the SQL users')"
     )
     clickhouse_database: str = "default"
-    jobs_topic: str = Field("jobs", description="job writes are published here")
+    jobs_topic: str = Field(topics.JOBS.name, description="job writes are published here")
     ondemand_topic: str = Field(
-        "ondemand", description="on-demand activations are published here (compacted)"
+        topics.ON_DEMAND.name, description="on-demand activations are published here (compacted)"
     )
     kafka_write_timeout_s: float = Field(
         5.0, gt=0, description="a write Kafka has not acknowledged by then fails (503), for good"
@@ -61,7 +62,7 @@ class ApiSettings(KafkaClientSettings):
         "the jobs of its projects",
     )
     audit_topic: str = Field(
-        "audit", description="reads of a job by others than its owner are recorded here"
+        topics.AUDIT.name, description="reads of a job by others than its owner are recorded here"
     )
     oidc_issuer: str = Field(
         "",
@@ -118,7 +119,8 @@ class ApiSettings(KafkaClientSettings):
         365, gt=0, description="longest lifetime of a signed token: longer ones are refused"
     )
     revocations_topic: str = Field(
-        "token-revocations", description="revoked tokens' ids (compacted), read by every replica"
+        topics.TOKEN_REVOCATIONS.name,
+        description="revoked tokens' ids (compacted), read by every replica",
     )
     revocations_load_timeout_s: float = Field(
         10.0,
@@ -139,7 +141,9 @@ class ApiSettings(KafkaClientSettings):
         description="proxies whose X-Forwarded-For names the client (comma-separated, or *): "
         "failures are counted per client",
     )
-    readings_topic: str = Field("readings", description="pushed readings are published here")
+    readings_topic: str = Field(
+        topics.READINGS.name, description="pushed readings are published here"
+    )
     json_topic: str = Field(
         "", description="pushed readings are also published here as JSON lines; empty: off"
     )

@@ -29,7 +29,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from clickhouse.access import AccessControl, ReadPolicy, apply_access_control
 from clickhouse.cluster import ClusterLayout
-from kafka.topics import OAR_CHANGES
+from kafka import topics
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 
@@ -59,10 +59,10 @@ class MigrationSettings(BaseSettings):
     clickhouse_admin_password: SecretStr
     clickhouse_database: str = "default"
     kafka_bootstrap: str = "127.0.0.1:9092"
-    readings_topic: str = "readings"
-    jobs_topic: str = "jobs"
+    readings_topic: str = topics.READINGS.name
+    jobs_topic: str = topics.JOBS.name
     audit_topic: str = Field(
-        "audit", description="reads of jobs by others than their owners (api/audit.py)"
+        topics.AUDIT.name, description="reads of jobs by others than their owners (api/audit.py)"
     )
     sites: Annotated[list[SiteName], NoDecode, BeforeValidator(comma_separated)] = Field(
         default_factory=list,
@@ -154,8 +154,8 @@ class MigrationSettings(BaseSettings):
             "READINGS_TOPIC_NAME": self.readings_topic,
             "JOBS_TOPIC_NAME": self.jobs_topic,
             "AUDIT_TOPIC": self.audit_topic,
-            "OAR_CHANGES_TOPIC": ",".join(self.subscribed(OAR_CHANGES.name)),
-            "OAR_CHANGES_TOPIC_NAME": OAR_CHANGES.name,
+            "OAR_CHANGES_TOPIC": ",".join(self.subscribed(topics.OAR_CHANGES.name)),
+            "OAR_CHANGES_TOPIC_NAME": topics.OAR_CHANGES.name,
             "CONSUMER_GROUP": self.consumer_group,
             "KAFKA_CONSUMERS": str(self.kafka_consumers),
             "KAFKA_FLUSH_INTERVAL_MS": str(self.kafka_flush_interval_ms),

@@ -10,6 +10,7 @@ import yaml
 from pydantic import BeforeValidator, Field, ValidationError
 from pydantic_settings import NoDecode, SettingsConfigDict
 
+from kafka import topics
 from kafka.security import KafkaClientSettings
 from producers.entry import DeviceEntry
 from producers.plugins import plugin_for
@@ -107,14 +108,14 @@ class ProducerSettings(KafkaClientSettings):
 
     model_config = SettingsConfigDict(env_prefix="JOBSCOPE_", extra="forbid")
 
-    readings_topic: str = Field("readings", min_length=1)
+    readings_topic: str = Field(topics.READINGS.name, min_length=1)
     json_topic: str = Field(
         "",
         description="also publish each message's readings as JSON lines to this topic "
         "(kafka/WIRE_FORMAT.md); empty: off",
     )
     ondemand_topic: str = Field(
-        "ondemand", min_length=1, description="compacted topic of on-demand activations"
+        topics.ON_DEMAND.name, min_length=1, description="compacted topic of on-demand activations"
     )
     ondemand_max_pattern_chars: int = Field(
         4096,
