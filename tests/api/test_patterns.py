@@ -34,7 +34,9 @@ ATTACK_NAME = "a" * 30
 
 
 class HealthProbe:
-    """GETs `/health` in a loop from a thread; keeps the longest answer time."""
+    """GETs `/health` in a loop from a thread; keeps the longest answer time. Returns once
+    the first answer came (a loaded run once finished the attack before the thread's first
+    request)."""
 
     def __init__(self, api_url: str) -> None:
         self.api_url = api_url
@@ -43,6 +45,7 @@ class HealthProbe:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
+        wait_until(lambda: self.answers > 0, 60, "a first /health answer")
 
     def _run(self) -> None:
         with httpx.Client(timeout=60) as client:
