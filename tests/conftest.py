@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from clickhouse_connect.driver.client import Client
@@ -18,7 +20,7 @@ from confluent_kafka.admin import AdminClient
 
 from kafka import topics
 from stack import secrets, services
-from stack.config import StackSettings
+from stack.config import REPO_ROOT, StackSettings
 from stack.processes import wait_until
 from tests import ports
 
@@ -116,3 +118,16 @@ def new_topic(bootstrap: str, prefix: str, partitions: int = 3) -> str:
 
     wait_until(ready, 10, f"topic {topic}")
     return topic
+
+
+def tracked_files(pattern: str) -> list[Path]:
+    """The repository's files matching `pattern` that git tracks, or would (untracked, not
+    ignored), as they are in the working tree."""
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", pattern],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    return [REPO_ROOT / name for name in listed if (REPO_ROOT / name).exists()]

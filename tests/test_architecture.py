@@ -4,11 +4,11 @@ imports of every tracked Python file: the arrows run one way, down to the Kafka 
 from __future__ import annotations
 
 import ast
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 from stack.config import REPO_ROOT
+from tests.conftest import tracked_files
 
 MAY_IMPORT: dict[str, set[str]] = {
     "kafka": set(),  # the contract: at the bottom
@@ -24,17 +24,6 @@ MAY_IMPORT: dict[str, set[str]] = {
 }
 """Room -> the other rooms it may import (bench/ and tests/ may import any)."""
 TOPIC_MAKERS = {"NewTopic", "TopicSpec"}
-
-
-def python_files() -> list[Path]:
-    listed = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.py"],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
-    return [REPO_ROOT / name for name in listed if (REPO_ROOT / name).exists()]
 
 
 def imported(path: Path) -> Iterator[str]:
@@ -65,7 +54,7 @@ def arrows_against_the_rooms(files: list[Path], root: Path = REPO_ROOT) -> list[
 
 
 def test_every_import_follows_the_rooms() -> None:
-    files = python_files()
+    files = tracked_files("*.py")
     assert len(files) > 100, files
     wrong = arrows_against_the_rooms(files)
     assert not wrong, wrong
@@ -97,7 +86,7 @@ def test_no_router_imports_another() -> None:
 def test_topics_are_made_in_the_contract_only() -> None:
     """Only kafka/ declares topics (tests and the bench make their own scratch ones)."""
     wrong = []
-    for path in python_files():
+    for path in tracked_files("*.py"):
         if room(path) in ("kafka", "tests", "bench"):
             continue
         for node in ast.walk(ast.parse(path.read_text())):

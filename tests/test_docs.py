@@ -5,25 +5,14 @@ a heading of that file)."""
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 
 from stack.config import REPO_ROOT
+from tests.conftest import tracked_files
 
 README_MOST_LINES = 200
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^```.*?^```", re.M | re.S)
-
-
-def markdown_files() -> list[Path]:
-    listed = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.md"],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
-    return [REPO_ROOT / name for name in listed if (REPO_ROOT / name).exists()]
 
 
 def anchors(path: Path) -> set[str]:
@@ -52,7 +41,7 @@ def broken_links(path: Path) -> list[str]:
 
 
 def test_every_relative_link_resolves() -> None:
-    files = markdown_files()
+    files = tracked_files("*.md")
     assert REPO_ROOT / "README.md" in files and len(files) > 10, files
     broken = {str(p.relative_to(REPO_ROOT)): b for p in files if (b := broken_links(p))}
     assert not broken, broken
