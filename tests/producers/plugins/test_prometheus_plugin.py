@@ -566,7 +566,9 @@ def test_a_target_that_stops_answering_never_delays_the_others(
     ticks = [t // period_us for t in stamps]
     assert ticks == list(range(ticks[0], ticks[0] + len(ticks))), ticks
     assert len([t for t in stamps if t > paused_at]) >= 3
-    assert max(t % period_us for t in stamps) < period_us // 10
+    # On time: a poll held behind the dying target's timeout (about 300 ms) would be later
+    # than this; below it lies the scheduling delay of a loaded 2-core run (105 ms seen).
+    assert max(t % period_us for t in stamps) < period_us * 2 // 5
     dead = [t for d, t in publisher.sent if d == "node-2"]
     assert dead and max(dead) < paused_at + period_us
     assert caplog.text.count("poll failed: device_id=node-2") == 1
