@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
 
 from kafka.message import unpack
 from producers.publisher import DeliveryCounters, QueueDepth
@@ -26,6 +28,14 @@ class RecordingPublisher:
         self.sent.append((device_id, unpack(payload)[0].timestamp_us))
         if len(self.sent) == self.slow_publish:
             await asyncio.sleep(0.25)
+
+    async def wait_for(self, check: Callable[[], bool], timeout: float, what: str) -> None:
+        """Poll `check` (of what was sent) on the runtime's event loop, or fail naming `what`."""
+        deadline = time.monotonic() + timeout
+        while not check():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout} s waiting for {what}: {self.sent}")
+            await asyncio.sleep(0.05)
 
     def serve_callbacks(self) -> None:
         pass

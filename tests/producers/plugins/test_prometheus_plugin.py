@@ -551,10 +551,16 @@ def test_a_target_that_stops_answering_never_delays_the_others(
     async def scenario() -> None:
         stop = asyncio.Event()
         running = asyncio.create_task(runtime.run(stop))
-        await asyncio.sleep(1.2)
+        await publisher.wait_for(
+            lambda: any(d == "node-2" for d, _ in publisher.sent), 30, "a reading of node-2"
+        )
         second.pause()
         paused.append(time.time_ns() // 1000)
-        await asyncio.sleep(2.0)
+        await publisher.wait_for(
+            lambda: sum(d == "node-1" and t > paused[0] for d, t in publisher.sent) >= 3,
+            30,
+            "3 readings of node-1 after node-2 stopped answering",
+        )
         stop.set()
         await running
 
