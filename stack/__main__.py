@@ -51,6 +51,7 @@ def up(settings: StackSettings) -> None:
 
 
 def status(settings: StackSettings) -> bool:
+    provider = oidc_provider.OidcProviderSettings()
     where = {
         "kafka": f"kafka://{settings.kafka_bootstrap} (topics readings, jobs, ondemand"
         + (f", {settings.json_topic}" if settings.json_topic else "")
@@ -68,8 +69,8 @@ def status(settings: StackSettings) -> bool:
         "node_exporter :11100, wattmetres :12001-12002 (tcp)",
         "api": f"{settings.api_url} (REST; /docs, /health)",
         "superset": f"{superset.SupersetSettings().url} (dashboards, SQL Lab; make superset)",
-        "oidc-provider": f"{oidc_provider.OidcProviderSettings().issuer} (OpenID Connect; "
-        f"admin console {oidc_provider.OidcProviderSettings().url}/admin, user admin: "
+        "oidc-provider": f"{provider.issuer} (OpenID Connect; "
+        f"admin console {provider.url}/admin, user admin: "
         "JOBSCOPE_OIDC_ADMIN_PASSWORD)",
     }
     all_running = True

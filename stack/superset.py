@@ -189,8 +189,9 @@ def initialise(stack: StackSettings, settings: SupersetSettings) -> None:
     password = admin_password(stack)
     database = home(stack) / "superset.db"
     fresh = not earlier and not settings.database_url
-    if fresh and _initialised_copy(settings).exists():
-        shutil.copyfile(_initialised_copy(settings), database)
+    copy = _initialised_copy(settings)
+    if fresh and copy.exists():
+        shutil.copyfile(copy, database)
         done.touch()
         earlier = [done]
     if not done.exists():
@@ -228,7 +229,7 @@ def initialise(stack: StackSettings, settings: SupersetSettings) -> None:
             old.unlink()
         done.touch()
         if fresh:
-            _keep_copy(database, _initialised_copy(settings))
+            _keep_copy(database, copy)
 
 
 def _keep_copy(database: Path, copy: Path) -> None:
