@@ -12,11 +12,11 @@ import logging
 
 import orjson
 
-from api.kafka import KafkaPublisher, KafkaUnavailable
-from api.params import iso
+from api.infra.kafka import KafkaPublisher, KafkaUnavailable
+from api.infra.params import iso
+from api.infra.tokens import Principal
 from api.schemas import Job
 from api.scope import now
-from api.tokens import Principal
 
 log = logging.getLogger("jobscope.api.audit")
 

@@ -7,8 +7,8 @@ from typing import Annotated
 from clickhouse_connect.driver.client import Client
 from fastapi import Depends, Path, Request
 
-from api.config import ApiSettings
-from api.limits import ExportSlots
+from api.infra.config import ApiSettings
+from api.infra.limits import ExportSlots
 
 
 async def get_settings(request: Request) -> ApiSettings:

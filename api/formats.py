@@ -22,9 +22,10 @@ from urllib.parse import quote
 
 from clickhouse_connect.driver.client import Client
 
-from api.errors import NotAcceptable, ParameterError
+from api.infra.errors import NotAcceptable, ParameterError
+from api.infra.streaming import ExportResponse
 from api.queries import iso_sql
-from api.streaming import ExportResponse
+from api.queries.metrics import readings_stream
 
 BLOCK_SIZE = 1 << 18
 
@@ -90,14 +91,6 @@ def choose(format_param: str | None, accept: str | None) -> Format:
     )
 
 
-def projected(rows: str, fmt: Format) -> str:
-    """The final query: the rows' columns as the format carries them, oldest first."""
-    return (
-        f"SELECT {fmt.timestamp} AS timestamp, device_id, metric_id, value, {fmt.labels} AS labels "
-        f"FROM ({rows}) ORDER BY ts, device_id, metric_id"
-    )
-
-
 def json_array(chunks: Iterator[bytes]) -> Iterator[bytes]:
     """JSONEachRow -> JSON array. Newlines inside JSON strings are escaped, so each raw
     newline ends a row; the last separator is held back so it can close the array."""
@@ -133,7 +126,7 @@ def stream(
     (or the query fails to start)."""
     headers = {"Content-Disposition": content_disposition(f"{filename}.{fmt.extension}")}
     try:
-        raw = client.raw_stream(projected(rows, fmt), parameters=params, fmt=fmt.clickhouse)
+        raw = readings_stream(client, rows, params, fmt.timestamp, fmt.labels, fmt.clickhouse)
     except BaseException:
         release()
         raise

@@ -6,22 +6,24 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import asdict
 from datetime import UTC, datetime
 
-import orjson
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import DatabaseError as ClickHouseDatabaseError
 from clickhouse_connect.driver.exceptions import OperationalError
 from pydantic import ValidationError
 
 from api import ondemand
-from api.clickhouse import ClickHouseProvider, ClickHouseUnavailable
-from api.config import ApiSettings
-from api.errors import NotFound, ParameterError, error_parameter
-from api.kafka import KafkaPublisher, KafkaUnavailable
-from api.params import iso
-from api.queries.jobs import ALL_JOBS, Condition, job_query, job_version_query
+from api.infra.clickhouse import ClickHouseProvider, ClickHouseUnavailable
+from api.infra.config import ApiSettings
+from api.infra.errors import NotFound, ParameterError, error_parameter
+from api.infra.kafka import KafkaPublisher, KafkaUnavailable
+from api.infra.params import iso
+from api.queries.jobs import ALL_JOBS, Condition, job_version_visible, select_job
 from api.schemas import Job, JobCreate, JobFields
+from kafka import jobs as jobs_topic
+from kafka.jobs import JobMessage
 
 _VISIBLE_POLL_S = 0.05
 log = logging.getLogger("jobscope.api")
@@ -33,8 +35,7 @@ def get_job(
     """The job `job_id` at `site`; without a site, the one job of that id, which must be at
     a single site (a central jobscope holds several sites' jobs, whose ids may clash). Only
     the `visible` jobs are looked at: another is not found (api/visibility.py)."""
-    sql, params = job_query(job_id, site, visible)
-    jobs = [Job(**row) for row in client.query(sql, parameters=params).named_results()]
+    jobs = [Job(**row) for row in select_job(client, job_id, site, visible)]
     if not jobs:
         raise NotFound(f"no job {job_id!r}" + ("" if site is None else f" at site {site!r}"))
     if len(jobs) > 1:
@@ -54,6 +55,24 @@ def merged(current: Job, patch: JobFields) -> JobCreate:
         raise ParameterError(*error_parameter(exc.errors()[0])) from None
 
 
+def job_message(job: JobCreate, updated_at: datetime) -> JobMessage:
+    """The jobs topic's message of `job` as written at `updated_at` (naive UTC): what the
+    HTTP side leaves unset is empty."""
+    return JobMessage(
+        job_id=job.job_id,
+        user=job.user or "",
+        project=job.project or "",
+        queue=job.queue or "",
+        nodes=job.nodes or [],
+        start=job.start,
+        end=job.end,
+        state=job.state.value,
+        site=job.site or "",
+        labels=job.labels or {},
+        updated_at=iso(updated_at),
+    )
+
+
 def write_job(
     job: JobCreate, publisher: KafkaPublisher, clickhouse: ClickHouseProvider, settings: ApiSettings
 ) -> tuple[Job, bool]:
@@ -61,34 +80,20 @@ def write_job(
     queryable within `job_visible_timeout_s`. Once Kafka has it, it is accepted even if
     ClickHouse is down: it is ingested when ClickHouse is back."""
     updated_at = datetime.now(UTC).replace(tzinfo=None)
-    site = job.site or ""
-    document = {
-        "job_id": job.job_id,
-        "user": job.user or "",
-        "project": job.project or "",
-        "queue": job.queue or "",
-        "nodes": job.nodes or [],
-        "start": job.start,
-        "end": job.end,
-        "state": job.state.value,
-        "site": site,
-        "labels": job.labels or {},
-        "updated_at": iso(updated_at),
-    }
-    publisher.publish(settings.jobs_topic, job.job_id, orjson.dumps(document))
+    message = job_message(job, updated_at)
+    publisher.publish(settings.jobs_topic, jobs_topic.key(message), jobs_topic.encode(message))
     try:
         ondemand.follow_job(publisher, settings, job)
     except KafkaUnavailable as exc:
         log.error("job %s written; its on-demand activation was not updated: %s", job.job_id, exc)
-    sql, params = job_version_query(job.job_id, site, updated_at)
     deadline = time.monotonic() + settings.job_visible_timeout_s
     try:
         client = clickhouse.get()
-        while not client.command(sql, parameters=params):
+        while not job_version_visible(client, job.job_id, message.site, updated_at):
             if time.monotonic() >= deadline:
-                return Job(**document), False
+                return Job(**asdict(message)), False
             time.sleep(_VISIBLE_POLL_S)
-        return get_job(client, job.job_id, site), True
+        return get_job(client, job.job_id, message.site), True
     except (ClickHouseUnavailable, ClickHouseDatabaseError, OperationalError) as exc:
         log.warning("job %s accepted; ClickHouse cannot show it yet: %s", job.job_id, exc)
-        return Job(**document), False
+        return Job(**asdict(message)), False

@@ -9,18 +9,18 @@ from anyio import to_thread
 from fastapi import Depends, FastAPI
 from fastapi.routing import APIRoute
 
-from api import auth, errors
 from api.audit import Recorder
-from api.clickhouse import ClickHouseProvider
-from api.config import ApiSettings
-from api.kafka import KafkaPublisher
-from api.limits import BodyGuard, ExportSlots, FailedLogins
+from api.infra import auth, errors
+from api.infra.clickhouse import ClickHouseProvider
+from api.infra.config import ApiSettings
+from api.infra.kafka import KafkaPublisher
+from api.infra.limits import BodyGuard, ExportSlots, FailedLogins
+from api.infra.oidc import OidcVerifier
+from api.infra.probes import HealthProbes
+from api.infra.push_limits import PushLimits
+from api.infra.revocations import Revocations
 from api.live.hub import ReadingsHub
 from api.live.ingested import IngestWatch
-from api.oidc import OidcVerifier
-from api.probes import HealthProbes
-from api.push_limits import PushLimits
-from api.revocations import Revocations
 from api.routes import auth as auth_routes
 from api.routes import dashboard, devices, health, jobs, kwollect, live, metrics, push, tokens
 

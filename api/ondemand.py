@@ -1,6 +1,6 @@
 """On-demand metrics of jobs: the activations the API publishes on the on-demand topic.
 
-The topic's format is producers/ondemand.py's (the producers read it); a job's activation
+The topic's message is kafka/ondemand.py's (the producers read it so); a job's activation
 is keyed `job/<job_id>`, covers the job's nodes (the producers add the devices that measure
 them, `_device_alias`), and lasts until the job ends: every job write that ends the job
 publishes a tombstone for it. Two ways in:
@@ -17,22 +17,17 @@ from __future__ import annotations
 import logging
 import re
 
-import orjson
-
-from api.config import ApiSettings
-from api.errors import ParameterError
-from api.kafka import KafkaPublisher
-from api.params import iso
+from api.infra.config import ApiSettings
+from api.infra.errors import ParameterError
+from api.infra.kafka import KafkaPublisher
+from api.infra.params import iso
 from api.schemas import Job, JobCreate, JobState, OnDemand
 from api.scope import now
+from kafka.ondemand import OnDemandMessage, activation_key, encode
 from kafka.patterns import PatternError, prefix_matcher
 
 MONITOR_TYPE = re.compile(r"^monitor(?:=(.*))?$")
 log = logging.getLogger(__name__)
-
-
-def activation_key(job_id: str) -> str:
-    return f"job/{job_id}"
 
 
 def monitor_types(labels: dict[str, str] | None) -> tuple[bool, str | None]:
@@ -81,8 +76,14 @@ def activation(job: JobCreate | Job, metrics: str | None, until: str | None) -> 
     )
 
 
+def message(active: OnDemand) -> OnDemandMessage:
+    """The on-demand topic's message of the activation the HTTP side answers."""
+    return OnDemandMessage(**active.model_dump())
+
+
 def publish(publisher: KafkaPublisher, settings: ApiSettings, active: OnDemand) -> None:
-    publisher.publish(settings.ondemand_topic, active.id, orjson.dumps(active.model_dump()))
+    written = message(active)
+    publisher.publish(settings.ondemand_topic, written.id, encode(written))
 
 
 def withdraw(publisher: KafkaPublisher, settings: ApiSettings, job_id: str) -> None:

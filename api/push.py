@@ -25,14 +25,15 @@ from typing import Any
 
 import orjson
 
-from api.clickhouse import ClickHouseProvider
-from api.config import ApiSettings
-from api.errors import Forbidden, ParameterError, TooLarge
-from api.kafka import KafkaPublisher, KafkaUnavailable
-from api.params import TIME_HELP, device_name, iso, to_time, to_us
-from api.push_limits import PushLimits
+from api.infra.clickhouse import ClickHouseProvider
+from api.infra.config import ApiSettings
+from api.infra.errors import Forbidden, ParameterError, TooLarge
+from api.infra.kafka import KafkaPublisher, KafkaUnavailable
+from api.infra.params import TIME_HELP, device_name, iso, to_time, to_us
+from api.infra.push_limits import PushLimits
+from api.infra.tokens import Principal, Role
+from api.queries.push import running_job_spans
 from api.scope import now
-from api.tokens import Principal, Role
 from kafka.message import pack_by_device
 from kafka.reading import Reading
 
@@ -175,15 +176,6 @@ def _labels(where: str, labels: Any, settings: ApiSettings, source: str) -> dict
     return {**kept, SOURCE_LABEL: source}
 
 
-RUNNING_JOBS = (
-    "SELECT node, toUnixTimestamp64Micro(start_time), toUnixTimestamp64Micro(end_time) "
-    "FROM jobs ARRAY JOIN nodes AS node "
-    "WHERE user = {user:String} AND state = 'running'"
-)
-"""The nodes of a user's running jobs, with their spans (the reader queries with FINAL:
-newest versions)."""
-
-
 def _spans(
     clickhouse: ClickHouseProvider, user: str, ahead_s: float
 ) -> dict[str, list[tuple[int, int]]]:
@@ -191,7 +183,7 @@ def _spans(
     now + `ahead_s` while it has none (the earlier of both: nothing lands ahead of that)."""
     latest = to_us(now() + timedelta(seconds=ahead_s))
     spans: dict[str, list[tuple[int, int]]] = {}
-    rows = clickhouse.get().query(RUNNING_JOBS, parameters={"user": user}).result_rows
+    rows = running_job_spans(clickhouse.get(), user)
     for node, start, end in rows:
         if start is not None:
             stop = latest if end is None else min(latest, end)

@@ -13,11 +13,12 @@ from clickhouse_connect.driver.client import Client
 from fastapi import Depends, Header, Query
 from fastapi.responses import StreamingResponse
 
-from api import formats, limits
-from api.config import ApiSettings
+from api import formats
 from api.deps import ClickHouseDep, ExportsDep, SettingsDep
-from api.errors import ParameterError
-from api.params import (
+from api.infra import limits
+from api.infra.config import ApiSettings
+from api.infra.errors import ParameterError
+from api.infra.params import (
     TIME_HELP,
     NamePatterns,
     parse_devices,
@@ -26,7 +27,7 @@ from api.params import (
     parse_step,
     parse_time,
 )
-from api.queries.metrics import Selection, as_rate, scope_rows, stepped_rows
+from api.queries.metrics import Selection, as_rate, holds_more, scope_rows, stepped_rows
 from api.schemas import ErrorBody
 from api.scope import Asked, device_selection, job_selection, with_aliases
 from api.visibility import ViewerDep
@@ -187,7 +188,7 @@ def respond(
         if limits.span_over(query.fmt.name, *span, query.step_s, settings.json_max_span_s):
             json = query.fmt.name == "json"
             most = settings.json_max_readings if json else settings.columnar_max_readings
-            if _holds_more(clickhouse, rows, params, most):
+            if holds_more(clickhouse, rows, params, most):
                 raise (
                     limits.json_refused(settings.json_max_span_s, most)
                     if json
@@ -198,15 +199,6 @@ def respond(
         raise
     send_timeout_s = settings.export_send_timeout_s
     return formats.stream(clickhouse, rows, params, query.fmt, filename, send_timeout_s, release)
-
-
-def _holds_more(clickhouse: Client, rows: str, params: dict[str, Any], most: int) -> bool:
-    """Whether `rows` holds more than `most` readings (counting stops past it)."""
-    counted = clickhouse.command(
-        f"SELECT count() FROM (SELECT 1 FROM ({rows}) LIMIT {{most_readings:UInt64}})",
-        parameters={**params, "most_readings": most + 1},
-    )
-    return int(counted) > most  # type: ignore[arg-type]
 
 
 READINGS_RESPONSES: dict[int | str, dict[str, Any]] = {

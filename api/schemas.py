@@ -7,7 +7,8 @@ from enum import StrEnum
 import hostlist
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from api.params import TIME_HELP, device_name, iso, to_time
+from api.infra.params import TIME_HELP, device_name, iso, to_time
+from api.infra.probes import ComponentHealth
 
 
 class Reading(BaseModel):
@@ -21,11 +22,6 @@ class Reading(BaseModel):
     metric_id: str = Field(examples=["bmc_power_watt"])
     value: float = Field(examples=[138])
     labels: dict[str, str] = Field(default_factory=dict)
-
-
-class ComponentHealth(BaseModel):
-    ok: bool
-    detail: str
 
 
 class Health(BaseModel):
@@ -184,7 +180,7 @@ class OnDemandRequest(BaseModel):
 
 
 class OnDemand(BaseModel):
-    """An activation, as published on the on-demand topic (the producers' format)."""
+    """An activation, as published on the on-demand topic (kafka/ondemand.py's message)."""
 
     id: str = Field(examples=["job/4242"])
     job_id: str | None = Field(examples=["4242"])

@@ -10,8 +10,8 @@ from typing import overload
 
 from clickhouse_connect.driver.client import Client
 
-from api.params import NamePatterns, to_time
-from api.queries.metrics import Selection, aliased_devices_query
+from api.infra.params import NamePatterns, to_time
+from api.queries.metrics import Selection, aliased_devices
 from api.schemas import Job
 
 
@@ -84,6 +84,5 @@ def with_aliases(client: Client, selection: Selection | None) -> Selection | Non
     query, so that a selection without any reads no alias branch."""
     if selection is None or not selection.devices:
         return selection
-    sql, params = aliased_devices_query(list(selection.devices), selection.start, selection.end)
-    aliased = tuple(row[0] for row in client.query(sql, parameters=params).result_rows)
+    aliased = aliased_devices(client, list(selection.devices), selection.start, selection.end)
     return replace(selection, aliased=aliased)

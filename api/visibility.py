@@ -25,12 +25,12 @@ from clickhouse_connect.driver.client import Client
 from fastapi import Depends, Request
 
 from api import audit
-from api.config import ApiSettings
-from api.errors import Forbidden
+from api.infra.config import ApiSettings
+from api.infra.errors import Forbidden
+from api.infra.tokens import Principal, Role
 from api.jobs import get_job
-from api.queries.jobs import ALL_JOBS, Condition, covering_jobs_query, running_jobs_on_query
+from api.queries.jobs import ALL_JOBS, Condition, covering_job_exists, running_job_on
 from api.schemas import Job
-from api.tokens import Principal, Role
 
 READS_ALL = frozenset({Role.ADMIN, Role.SUPPORT, Role.SCHEDULER})
 """Roles reading every job and device under the `jobs` policy."""
@@ -116,8 +116,8 @@ class Viewer:
         of one visible job whose span holds that range."""
         if self.sees_all:
             return
-        sql, params = covering_jobs_query(self.jobs_condition(), devices, start, end, site)
-        if not devices or not int(clickhouse.command(sql, parameters=params)):  # type: ignore[arg-type]
+        visible = self.jobs_condition()
+        if not devices or not covering_job_exists(clickhouse, visible, devices, start, end, site):
             raise Forbidden(
                 "the devices asked are not all nodes of one of your jobs over the whole time "
                 f"asked: {OUTSIDE_JOBS}"
@@ -127,8 +127,7 @@ class Viewer:
         """Forbidden unless `device` is a node of a running job this viewer sees."""
         if self.sees_all:
             return
-        sql, params = running_jobs_on_query(self.jobs_condition(), device)
-        if not int(clickhouse.command(sql, parameters=params)):  # type: ignore[arg-type]
+        if not running_job_on(clickhouse, self.jobs_condition(), device):
             raise Forbidden(f"{device!r} is not a node of a running job of yours: {OUTSIDE_JOBS}")
 
 

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from clickhouse_connect.driver.client import Client
 
 from clickhouse.cluster import ClusterLayout
-from clickhouse.server.config import ReadPolicy, ServerSettings
+from clickhouse.sql_limits import ReadPolicy, SqlLimitSettings
 
 log = logging.getLogger("clickhouse.access")
 
@@ -68,7 +68,7 @@ QUOTA_LIMITS = {
 
 @dataclass(frozen=True)
 class SqlUserLimits:
-    """The limits of SQL users: those of the local server (clickhouse/server/config.py)."""
+    """The limits of SQL users: those the local server enforces (sql_limits.py)."""
 
     max_execution_time_s: int
     max_memory_usage: int
@@ -78,20 +78,21 @@ class SqlUserLimits:
     max_concurrent_queries: int
 
     @classmethod
-    def of(cls, server: ServerSettings) -> SqlUserLimits:
+    def of(cls, settings: SqlLimitSettings) -> SqlUserLimits:
         return cls(
-            max_execution_time_s=int(server.sql_max_execution_time_s),
-            max_memory_usage=server.sql_max_memory_usage,
-            max_rows_to_read=server.sql_max_rows_to_read,
-            max_threads=server.sql_max_threads,
-            nice=server.sql_os_thread_priority,
-            max_concurrent_queries=server.sql_max_concurrent_queries_per_user,
+            max_execution_time_s=int(settings.sql_max_execution_time_s),
+            max_memory_usage=settings.sql_max_memory_usage,
+            max_rows_to_read=settings.sql_max_rows_to_read,
+            max_threads=settings.sql_max_threads,
+            nice=settings.sql_os_thread_priority,
+            max_concurrent_queries=settings.sql_max_concurrent_queries_per_user,
         )
 
 
 ONE_SERVER = ClusterLayout()
-# The local server's defaults, read without its environment (it needs a data directory).
-DEFAULT_LIMITS = SqlUserLimits.of(ServerSettings.model_construct())
+# The local server's defaults, never the environment: a real server's profile does not
+# follow the local server's JOBSCOPE_CLICKHOUSE_SQL_* variables.
+DEFAULT_LIMITS = SqlUserLimits.of(SqlLimitSettings.model_construct())
 
 
 def profile_settings(limits: SqlUserLimits) -> list[str]:

@@ -53,14 +53,27 @@ class MigrationSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="JOBSCOPE_", extra="ignore")
 
-    clickhouse_host: str = "127.0.0.1"
-    clickhouse_port: int = 8123
-    clickhouse_admin_user: str = "jobscope"
-    clickhouse_admin_password: SecretStr
-    clickhouse_database: str = "default"
-    kafka_bootstrap: str = "127.0.0.1:9092"
-    readings_topic: str = topics.READINGS.name
-    jobs_topic: str = topics.JOBS.name
+    clickhouse_host: str = Field(
+        "127.0.0.1", description="ClickHouse server the schema is created on"
+    )
+    clickhouse_port: int = Field(8123, description="its HTTP port")
+    clickhouse_admin_user: str = Field(
+        "jobscope", description="a user allowed to create tables and views"
+    )
+    clickhouse_admin_password: SecretStr = Field(description="its password")
+    clickhouse_database: str = Field("default", description="database the schema is created in")
+    kafka_bootstrap: str = Field(
+        "127.0.0.1:9092",
+        description="Kafka bootstrap baked into the Kafka-engine tables when they are created",
+    )
+    readings_topic: str = Field(
+        topics.READINGS.name,
+        description="readings topic the Kafka table consumes (baked in when created)",
+    )
+    jobs_topic: str = Field(
+        topics.JOBS.name,
+        description="jobs topic the jobs Kafka table consumes (baked in when created)",
+    )
     audit_topic: str = Field(
         topics.AUDIT.name, description="reads of jobs by others than their owners (api/audit.py)"
     )
@@ -70,7 +83,10 @@ class MigrationSettings(BaseSettings):
         "(`<site>.<readings_topic>`, `<site>.<jobs_topic>`, `<site>.oar-changes`) it consumes, "
         "comma-separated; empty: one site, consuming its own topics",
     )
-    consumer_group: str = "jobscope-clickhouse"
+    consumer_group: str = Field(
+        "jobscope-clickhouse",
+        description="ClickHouse's Kafka consumer group (baked in when created)",
+    )
     kafka_consumers: int = Field(2, ge=1, description="Kafka engine consumers (<= partitions)")
     kafka_flush_interval_ms: int = Field(
         500, ge=10, description="max wait before a block is written"

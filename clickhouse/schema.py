@@ -15,11 +15,13 @@ import argparse
 import heapq
 import re
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 from clickhouse_connect.driver.client import Client
 
 from clickhouse.migrate import MIGRATIONS_DIR, MigrationSettings, connect
+from clickhouse.migrate import statements as split_statements
 
 SCHEMA_FILE = Path(__file__).resolve().parent / "schema.sql"
 COMMAND = "python -m clickhouse.schema"
@@ -130,6 +132,33 @@ def statements(client: Client, database: str) -> list[str]:
         for name, (kind, create) in definitions(client, names).items()
     }
     return [objects[name][1] for name in ordered(objects)]
+
+
+def file_definitions(path: Path = SCHEMA_FILE) -> dict[str, str]:
+    """name -> CREATE statement (no `;`, no comment) of each object schema.sql defines, read
+    from the file as committed; ValueError on a statement that creates nothing or a name
+    defined twice (the file holds one definition per object)."""
+    found: dict[str, str] = {}
+    for statement in split_statements(path.read_text()):
+        create = re.sub(r"^--[^\n]*\n", "", statement, flags=re.M).strip()
+        match = _CREATED.match(create)
+        if match is None or not match.group(1):
+            raise ValueError(f"{path}: not a CREATE statement: {create[:80]!r}")
+        if match.group(1) in found:
+            raise ValueError(f"{path}: {match.group(1)} is defined twice")
+        found[match.group(1)] = create
+    return found
+
+
+def file_statements(names: Iterable[str], path: Path = SCHEMA_FILE) -> list[str]:
+    """The CREATE statements of `names`, in that order, as schema.sql defines them: for code
+    that builds production objects (the bench) without copying their SQL. KeyError on a name
+    the file does not define."""
+    defined, wanted = file_definitions(path), list(names)
+    missing = [name for name in wanted if name not in defined]
+    if missing:
+        raise KeyError(f"{path} defines no {', '.join(missing)}")
+    return [defined[name] for name in wanted]
 
 
 def render(creates: list[str]) -> str:

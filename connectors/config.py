@@ -23,11 +23,16 @@ class ConnectSettings(BaseSettings):
         description="start a local PostgreSQL with OAR's tables (a demo) on oar_db_port; "
         "false: the connector reads the site's OAR database at oar_db_host",
     )
-    oar_db_host: str = "127.0.0.1"
-    oar_db_port: int = 5433
-    oar_db_name: str = "oar"
+    oar_db_host: str = Field(
+        "127.0.0.1", description="OAR's PostgreSQL server, the Debezium source"
+    )
+    oar_db_port: int = Field(5433, description="its port (5433: the local demo database)")
+    oar_db_name: str = Field("oar", description="OAR's database")
     oar_db_user: str = Field("postgres", description="a role with REPLICATION")
-    oar_db_password: SecretStr = SecretStr("")
+    oar_db_password: SecretStr = Field(
+        SecretStr(""),
+        description="password of oar_db_user; empty: the demo database's generated one",
+    )
 
     def secrets(self) -> dict[str, str]:
         """What the connector files need that may not be in a connector's configuration:

@@ -46,7 +46,9 @@ class MirrorSettings(BaseSettings):
         min_length=1, description="each site's name (its topics' prefix) and Kafka bootstrap"
     )
     central: str = Field("127.0.0.1:9092", description="the central cluster's bootstrap")
-    central_name: SiteName = "central"
+    central_name: SiteName = Field(
+        "central", description="the central cluster's alias in MirrorMaker's configuration"
+    )
     topics: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: [t.name for t in (READINGS, JOBS, OAR_CHANGES)],
         description="the topics copied from every site, comma-separated (each site's jobs "
@@ -64,7 +66,7 @@ class MirrorSettings(BaseSettings):
         '"kafka_ssl_ca_file": ...}}`); a cluster not named: no authentication. The '
         "passwords go to a private file that the properties name (FileConfigProvider)",
     )
-    heap: str = "256m"
+    heap: str = Field("256m", description="JVM heap of MirrorMaker")
     state_dir: Path = Field(REPO_ROOT / "state", description="config, PID and log go here")
 
     @field_validator("topics", mode="before")

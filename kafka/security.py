@@ -31,7 +31,10 @@ class KafkaClientSettings(BaseSettings):
         description="PLAINTEXT: no authentication (a broker only its own host reaches); "
         "SASL_PLAINTEXT: SCRAM authentication; SASL_SSL: SCRAM over TLS",
     )
-    kafka_sasl_mechanism: SaslMechanism = "SCRAM-SHA-512"
+    kafka_sasl_mechanism: SaslMechanism = Field(
+        "SCRAM-SHA-512",
+        description="with a SASL_* protocol: SCRAM-SHA-512 (the local brokers') or PLAIN",
+    )
     kafka_sasl_username: str = Field("", description="this client's SCRAM user")
     kafka_sasl_password: SecretStr = Field(SecretStr(""), description="its password")
     kafka_ssl_ca_file: Path | None = Field(

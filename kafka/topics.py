@@ -22,7 +22,7 @@ ON_DEMAND = TopicSpec("ondemand", 1, {"cleanup.policy": "compact"})
 # OAR's job changes from the Debezium connector (connectors/oar-jobs.json): one partition,
 # so that they are consumed in commit order.
 OAR_CHANGES = TopicSpec("oar-changes", 1)
-# Ids of revoked API tokens (api/revocations.py), read whole by every API replica.
+# Ids of revoked API tokens (api/infra/revocations.py), read whole by every API replica.
 TOKEN_REVOCATIONS = TopicSpec("token-revocations", 1, {"cleanup.policy": "compact"})
 # Reads of jobs by others than their owners (api/audit.py), stored in ClickHouse's audit_log.
 AUDIT = TopicSpec("audit", 1)

@@ -108,7 +108,11 @@ class ProducerSettings(KafkaClientSettings):
 
     model_config = SettingsConfigDict(env_prefix="JOBSCOPE_", extra="forbid")
 
-    readings_topic: str = Field(topics.READINGS.name, min_length=1)
+    readings_topic: str = Field(
+        topics.READINGS.name,
+        min_length=1,
+        description="topic the readings are published to (kafka/topics.py)",
+    )
     json_topic: str = Field(
         "",
         description="also publish each message's readings as JSON lines to this topic "
@@ -141,7 +145,9 @@ class ProducerSettings(KafkaClientSettings):
         DEMO_DEVICES, description="YAML file of device entries, or a directory of them"
     )
     linger_ms: int = Field(20, ge=0, description="how long a message may wait for its batch")
-    compression: Literal["none", "gzip", "snappy", "lz4", "zstd"] = "lz4"
+    compression: Literal["none", "gzip", "snappy", "lz4", "zstd"] = Field(
+        "lz4", description="compression of the producer's Kafka batches"
+    )
     # When Kafka is away (producers/publisher.py, producers/spool.py): messages handed to the
     # client are retried until delivered; the others wait in memory, then in the spool.
     inflight_max_messages: int = Field(
@@ -201,4 +207,6 @@ class ProducerSettings(KafkaClientSettings):
     shutdown_timeout_s: float = Field(
         10.0, ge=0, description="how long shutdown waits for deliveries"
     )
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        "INFO", description="least severity logged (to stderr)"
+    )

@@ -2,10 +2,9 @@
 
 An activation names devices (a job's nodes, or devices directly), a metric pattern and an
 end. It is published on the compacted on-demand topic (`ondemand`, keyed by activation id:
-`job/<job_id>` for the activation of a job) as JSON; a tombstone (empty value) removes it:
-
-    {"id": "job/4242", "job_id": "4242", "devices": ["node-1", "node-2"],
-     "metrics": "wattmetre_|bmc_", "until": "2026-11-23T12:00:00Z"}
+`job/<job_id>` for the activation of a job); a tombstone (empty value) removes it. The
+message is the contract's (kafka/ondemand.py, kafka/WIRE_FORMAT.md), read here with its
+`decode`.
 
 `metrics` is a regular expression matched from the start of the metric name, as Kwollect
 takes `oarsub -t monitor='<regexp>'`; null means every metric. It is RE2's syntax, run in
@@ -30,9 +29,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 
+from kafka.ondemand import decode
 from kafka.patterns import NameMatcher, PatternError, prefix_matcher
 
 ALIAS_LABEL = "_device_alias"
@@ -62,42 +61,16 @@ class Activation:
 
 
 def parse_activation(key: str, value: bytes, max_pattern_chars: int) -> Activation:
-    """The activation of one message of the on-demand topic; ValueError if malformed or if
-    its pattern is longer than `max_pattern_chars` or not RE2's."""
+    """The activation of one message of the on-demand topic (kafka/ondemand.py); ValueError
+    if malformed or if its pattern is longer than `max_pattern_chars` or not RE2's."""
+    message = decode(key, value)
     try:
-        document: Any = orjson.loads(value)
-    except orjson.JSONDecodeError as exc:
-        raise ValueError(f"not JSON: {exc}") from None
-    if not isinstance(document, dict):
-        raise ValueError("not a JSON object")
-    devices = document.get("devices")
-    if not isinstance(devices, list) or not all(isinstance(d, str) for d in devices):
-        raise ValueError("devices: a list of device ids is required")
-    metrics = document.get("metrics")
-    if metrics is not None and not isinstance(metrics, str):
-        raise ValueError("metrics: a regular expression or null")
-    try:
-        pattern = prefix_matcher(metrics, max_pattern_chars) if metrics else None
+        pattern = prefix_matcher(message.metrics, max_pattern_chars) if message.metrics else None
     except PatternError as exc:
         raise ValueError(f"metrics: {exc}") from None
-    until = document.get("until")
-    try:
-        until_us = None if until is None else _epoch_us(until)
-    except (TypeError, ValueError):
-        raise ValueError(f"until: not a time: {until!r}") from None
-    job_id = document.get("job_id")
     return Activation(
-        key, frozenset(devices), pattern, until_us, str(job_id) if job_id is not None else None
+        message.id, frozenset(message.devices), pattern, message.until_us(), message.job_id
     )
-
-
-def _epoch_us(value: str | float) -> int:
-    if isinstance(value, int | float):
-        return int(value * 1_000_000)
-    parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    if parsed.tzinfo is None:
-        raise ValueError("a time zone is required")
-    return int(parsed.timestamp() * 1_000_000)
 
 
 class Activations:

@@ -25,8 +25,12 @@ class StackSettings(BaseSettings):
 
     state_dir: Path = Field(REPO_ROOT / "state", description="data, logs, PIDs and secrets")
     host: str = Field("127.0.0.1", description="every local service binds to this address")
-    kafka_port: int = 9092
-    kafka_controller_port: int = 9093
+    kafka_port: int = Field(
+        9092, description="the first broker's client listener (node i: this + 2(i-1))"
+    )
+    kafka_controller_port: int = Field(
+        9093, description="the first broker's KRaft controller listener (node i: this + 2(i-1))"
+    )
     kafka_heap: str = Field("1g", description="JVM heap of the broker")
     kafka_brokers: int = Field(
         1,
@@ -48,14 +52,17 @@ class StackSettings(BaseSettings):
         "component, passwords in secrets.env; `make up` sets it unless KAFKA_SASL=false); "
         "unset: as this state directory's brokers were last started, a new one without",
     )
-    clickhouse_port: int = 8123
+    clickhouse_port: int = Field(
+        8123,
+        description="the local ClickHouse server's HTTP port",
+    )
     clickhouse_account: str = Field(
         "jobscope-clickhouse",
         description="when the stack starts as root: the system account the ClickHouse server "
         "runs as (created with useradd if missing), which can write only the engine's own "
         "files of the state directory; empty: root. A non-root stack runs it as its own user",
     )
-    api_port: int = 8000
+    api_port: int = Field(8000, description="the REST API's port")
     producer_metrics_port: int = Field(
         9464, description="the producers' Prometheus /metrics (plus the shard index)"
     )

@@ -25,7 +25,7 @@ NAMES = (
     # API tokens (Authorization: Bearer ...): every role, and the scheduler's (writes jobs).
     "JOBSCOPE_ADMIN_TOKEN",
     "JOBSCOPE_SCHEDULER_TOKEN",
-    # The key that signs the users' tokens (api/tokens.py: `POST /api/tokens`).
+    # The key that signs the users' tokens (api/infra/tokens.py: `POST /api/tokens`).
     "JOBSCOPE_TOKEN_SECRET",
     # The simulated devices of `make up DEVICES=sample` (SNMPv3 user, BMC): their passwords.
     "JOBSCOPE_SNMP_AUTH_PASSWORD",

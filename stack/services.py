@@ -171,11 +171,11 @@ def let_account_reach(path: Path, uid: int, gid: int, listed: bool = False) -> N
 
 
 def _server_command(account: tuple[int, int] | None) -> tuple[list[str], dict[str, str]]:
-    """How to run `python -m clickhouse.server` (and its environment) as `account`: with this
+    """How to run `python -m stack.clickhouse_server` (and its environment) as `account`: with this
     interpreter, or, when it lies where the account cannot reach (a Python built in root's
     home), with the system's Python of the same version and this venv's packages on its
     path (the venv and the repository must be readable by everyone, as they are by default)."""
-    argv = ["-m", "clickhouse.server"]
+    argv = ["-m", "stack.clickhouse_server"]
     if account is None:
         return [sys.executable, *argv], {}
     let_account_reach(REPO_ROOT, *account, listed=True)

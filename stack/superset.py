@@ -45,12 +45,14 @@ class SupersetSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="JOBSCOPE_SUPERSET_", extra="ignore")
 
     host: str = Field("127.0.0.1", description="Superset binds to this address")
-    port: int = 8088
+    port: int = Field(8088, description="Superset's port")
     venv: Path = Field(REPO_ROOT / ".venv-superset", description="Superset's own venv")
     database_url: str = Field(
         "", description="Superset's metadata database; empty: SQLite in the state directory"
     )
-    admin_user: str = "admin"
+    admin_user: str = Field(
+        "admin", description="Superset's administrator (password in secrets.env)"
+    )
     # workers x threads = requests served at once, each running at most one ClickHouse query:
     # 4, what the server lets one SQL user run at once (more would fail with code 202).
     workers: int = Field(2, ge=1, description="gunicorn worker processes")

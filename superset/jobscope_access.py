@@ -56,7 +56,7 @@ RLS_FILTERS: dict[str, tuple[tuple[str, ...], str]] = {
 """Name: (datasets, clause)."""
 
 _STRONGEST_FIRST = ("admin", "support", "scheduler", "project", "pusher", "agent", "user")
-"""As the API's (api/oidc.py): a user with several roles acts with the first it has."""
+"""As the API's (api/infra/oidc.py): a user with several roles acts with the first it has."""
 
 
 def _claim(claims: dict[str, Any], path: str) -> list[str]:

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from api.params import NamePatterns, glob_to_re2
+from api.infra.params import NamePatterns, glob_to_re2
 from api.queries.metrics import ALIAS
 from kafka.message import iso_us
 from kafka.patterns import NameMatcher, compile_regex

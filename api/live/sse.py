@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from api.streaming import GuardedStreamingResponse
+from api.infra.streaming import GuardedStreamingResponse
 
 log = logging.getLogger("jobscope.api.live")
 KEEPALIVE = b": keepalive\n\n"

@@ -38,17 +38,17 @@ import orjson
 from clickhouse_connect.driver.client import Client
 
 from api import formats
-from api.config import ApiSettings
-from api.errors import NotFound
+from api.infra.config import ApiSettings
+from api.infra.errors import NotFound
+from api.infra.kafka import KafkaUnavailable
+from api.infra.params import to_time, to_us
 from api.jobs import get_job
-from api.kafka import KafkaUnavailable
 from api.live.hub import ReadingsHub, Subscription
 from api.live.ingested import IngestWatch
 from api.live.scope import LiveScope, Seam, glob_regex
 from api.live.sse import KEEPALIVE, event, json_lines_event
-from api.params import to_time, to_us
 from api.queries.jobs import ALL_JOBS, Condition
-from api.queries.metrics import Selection, scope_rows
+from api.queries.metrics import Selection, readings_stream, scope_rows
 from api.schemas import Job
 from api.scope import Asked, job_selection, now, with_aliases
 
@@ -153,9 +153,15 @@ class JobStream:
         if selection is None:
             return
         params: dict[str, Any] = {}
-        sql = formats.projected(scope_rows(selection, params), formats.FORMATS["ndjson"])
+        rows, ndjson = scope_rows(selection, params), formats.FORMATS["ndjson"]
         raw = await asyncio.to_thread(
-            self.clickhouse.raw_stream, sql, parameters=params, fmt="JSONEachRow"
+            readings_stream,
+            self.clickhouse,
+            rows,
+            params,
+            ndjson.timestamp,
+            ndjson.labels,
+            ndjson.clickhouse,
         )
         blocks = formats.blocks(raw)
         carry = b""

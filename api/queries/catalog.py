@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from clickhouse_connect.driver.client import Client
+
 from api.queries import iso_sql
 from api.queries.metrics import Selection, scope_rows
 
@@ -17,3 +19,8 @@ def catalog_query(selection: Selection) -> tuple[str, dict[str, Any]]:
         "GROUP BY device_id, metric_id ORDER BY device_id, metric_id"
     )
     return sql, params
+
+
+def select_catalog(client: Client, selection: Selection) -> list[dict[str, Any]]:
+    sql, params = catalog_query(selection)
+    return list(client.query(sql, parameters=params).named_results())

@@ -6,6 +6,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from clickhouse_connect.driver.client import Client
+
 from api.queries import iso_sql
 from api.queries.jobs import Condition
 
@@ -42,3 +44,18 @@ def recent_metrics_query(since: datetime, until: datetime) -> tuple[str, dict[st
         "AND timestamp <= {until:DateTime64(6, 'UTC')} ORDER BY device_id, metric_id",
         {"since": since, "until": until},
     )
+
+
+def select_devices(client: Client, nodes_of: Condition | None = None) -> list[dict[str, Any]]:
+    sql, params = devices_query(nodes_of)
+    return list(client.query(sql, parameters=params).named_results())
+
+
+def select_latest(client: Client, device_id: str) -> list[dict[str, Any]]:
+    sql, params = latest_query(device_id)
+    return list(client.query(sql, parameters=params).named_results())
+
+
+def select_recent_metrics(client: Client, since: datetime, until: datetime) -> list[dict[str, Any]]:
+    sql, params = recent_metrics_query(since, until)
+    return list(client.query(sql, parameters=params).named_results())

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from clickhouse_connect.driver.client import Client
+
 from api.queries import iso_sql
 
 JOB_COLUMNS = (
@@ -107,3 +109,38 @@ def running_jobs_on_query(visible: Condition, device: str) -> tuple[str, dict[st
         "AND has(nodes, {device:String})",
         {**params, "device": device},
     )
+
+
+def select_job(
+    client: Client, job_id: str, site: str | None = None, visible: Condition = ALL_JOBS
+) -> list[dict[str, Any]]:
+    """The rows of `job_query`: one per site holding a visible job of this id."""
+    sql, params = job_query(job_id, site, visible)
+    return list(client.query(sql, parameters=params).named_results())
+
+
+def job_version_visible(client: Client, job_id: str, site: str, updated_at: datetime) -> bool:
+    sql, params = job_version_query(job_id, site, updated_at)
+    return bool(client.command(sql, parameters=params))
+
+
+def select_jobs(client: Client, f: JobFilter) -> list[dict[str, Any]]:
+    sql, params = jobs_query(f)
+    return list(client.query(sql, parameters=params).named_results())
+
+
+def covering_job_exists(
+    client: Client,
+    visible: Condition,
+    devices: tuple[str, ...],
+    start: datetime,
+    end: datetime,
+    site: str | None = None,
+) -> bool:
+    sql, params = covering_jobs_query(visible, devices, start, end, site)
+    return bool(int(client.command(sql, parameters=params)))  # type: ignore[arg-type]
+
+
+def running_job_on(client: Client, visible: Condition, device: str) -> bool:
+    sql, params = running_jobs_on_query(visible, device)
+    return bool(int(client.command(sql, parameters=params)))  # type: ignore[arg-type]

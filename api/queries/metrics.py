@@ -4,18 +4,20 @@ by step. Every value is a bound parameter; the SQL text depends only on which op
 used, never on their values.
 
 Inner queries produce the columns `ts` (DateTime64), `device_id`, `metric_id`, `value` and
-`lab` (labels); `api/formats.py` projects them into the format asked for. Readings rows also
-carry `series`, which tells series apart even where `lab` does not (two outlets whose
-labels differ only by the alias, which is never shown).
+`lab` (labels); `projected` puts them in the columns of the format asked for
+(api/formats.py). Readings rows also carry `series`, which tells series apart even where
+`lab` does not (two outlets whose labels differ only by the alias, which is never shown).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import IO, Any
 
-from api.params import NamePatterns
+from clickhouse_connect.driver.client import Client
+
+from api.infra.params import NamePatterns
 
 ALIAS = "_device_alias"
 SITE = "_site"
@@ -32,6 +34,13 @@ def aliased_devices_query(devices: list[str], start: datetime, end: datetime) ->
         "AND first_seen <= {end:DateTime64(6, 'UTC')} ORDER BY device_id",
         {"devices": devices, "start": start, "end": end},
     )
+
+
+def aliased_devices(
+    client: Client, devices: list[str], start: datetime, end: datetime
+) -> tuple[str, ...]:
+    sql, params = aliased_devices_query(devices, start, end)
+    return tuple(row[0] for row in client.query(sql, parameters=params).result_rows)
 
 
 def _aliased_rows(table: str) -> str:
@@ -306,3 +315,35 @@ def stepped_rows(s: Selection, step_s: int, agg: str, params: dict[str, Any]) ->
             f"WHERE b.labels['{ALIAS}'] IN {{devices:Array(String)}}",
         )
     return _keep_only(s, rows, params)
+
+
+def holds_more(client: Client, rows: str, params: dict[str, Any], most: int) -> bool:
+    """Whether `rows` holds more than `most` readings (counting stops past it)."""
+    counted = client.command(
+        f"SELECT count() FROM (SELECT 1 FROM ({rows}) LIMIT {{most_readings:UInt64}})",
+        parameters={**params, "most_readings": most + 1},
+    )
+    return int(counted) > most  # type: ignore[arg-type]
+
+
+def projected(rows: str, timestamp: str, labels: str) -> str:
+    """The final query: the rows' columns as a format carries them (its `timestamp` and
+    `labels` expressions, api/formats.py), oldest first."""
+    return (
+        f"SELECT {timestamp} AS timestamp, device_id, metric_id, value, {labels} AS labels "
+        f"FROM ({rows}) ORDER BY ts, device_id, metric_id"
+    )
+
+
+def readings_stream(
+    client: Client,
+    rows: str,
+    params: dict[str, Any],
+    timestamp: str,
+    labels: str,
+    clickhouse_format: str,
+) -> IO[bytes]:
+    """The readings of `rows`, `projected`, as ClickHouse writes them in `clickhouse_format`,
+    read as they come; closing it cancels the query."""
+    sql = projected(rows, timestamp, labels)
+    return client.raw_stream(sql, parameters=params, fmt=clickhouse_format)  # type: ignore[return-value]

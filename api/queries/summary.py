@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 from clickhouse_connect.driver.client import Client
 
-from api.params import iso
+from api.infra.params import iso
 from api.queries.metrics import Selection, scope_rows
 from api.schemas import Job
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from api.config import ApiSettings
-from api.errors import NotFound
+from api.infra.config import ApiSettings
+from api.infra.errors import NotFound
 from api.schemas import ErrorBody, OidcProvider
 
 router = APIRouter(prefix="/api/auth", tags=["auth"])

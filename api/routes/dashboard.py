@@ -11,8 +11,8 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import RedirectResponse
 
 from api.deps import SettingsDep
-from api.errors import NotFound
-from api.queries.jobs import JobFilter, jobs_query
+from api.infra.errors import NotFound
+from api.queries.jobs import JobFilter, select_jobs
 from api.visibility import Viewer, ViewerDep
 
 router = APIRouter(tags=["dashboard"])
@@ -40,9 +40,7 @@ def job_dashboard_path(job_id: str | None) -> str:
 
 
 def _newest_job(clickhouse: Client, viewer: Viewer) -> str:
-    sql, params = jobs_query(JobFilter(limit=1, visible=viewer.jobs_condition()))
-    newest = clickhouse.query(sql, parameters=params).named_results()
-    for job in newest:
+    for job in select_jobs(clickhouse, JobFilter(limit=1, visible=viewer.jobs_condition())):
         return str(job["job_id"])
     raise NotFound("no job of yours to show")
 

@@ -7,8 +7,8 @@ from typing import Annotated
 from fastapi import APIRouter, Path
 
 from api.deps import ClickHouseDep
-from api.errors import NotFound
-from api.queries.devices import devices_query, latest_query
+from api.infra.errors import NotFound
+from api.queries.devices import select_devices, select_latest
 from api.schemas import DeviceInfo, ErrorBody, LatestReading
 from api.visibility import ViewerDep
 
@@ -21,8 +21,8 @@ router = APIRouter(prefix="/api/devices", tags=["devices"])
 def list_devices(clickhouse: ClickHouseDep, viewer: ViewerDep) -> list[DeviceInfo]:
     """Each device that ever reported, with its number of metrics and newest reading time
     (under the `jobs` read policy, a user's: the nodes of their jobs)."""
-    sql, params = devices_query(None if viewer.sees_all else viewer.jobs_condition())
-    return [DeviceInfo(**r) for r in clickhouse.query(sql, parameters=params).named_results()]
+    nodes_of = None if viewer.sees_all else viewer.jobs_condition()
+    return [DeviceInfo(**r) for r in select_devices(clickhouse, nodes_of)]
 
 
 @router.get(
@@ -40,8 +40,7 @@ def get_latest(
     """Under the `jobs` read policy, a user's device must be a node of a running job of
     theirs (403 otherwise)."""
     viewer.check_running_node(clickhouse, device_id)
-    sql, params = latest_query(device_id)
-    latest = [LatestReading(**r) for r in clickhouse.query(sql, parameters=params).named_results()]
+    latest = [LatestReading(**r) for r in select_latest(clickhouse, device_id)]
     if not latest:
         raise NotFound(f"no device {device_id!r} has reported")
     return latest

@@ -1,5 +1,5 @@
 """GET /health: can the API reach Kafka and ClickHouse? It answers within
-`health_timeout_s` whatever else is happening (api/probes.py)."""
+`health_timeout_s` whatever else is happening (api/infra/probes.py)."""
 
 from __future__ import annotations
 

@@ -11,13 +11,13 @@ from fastapi import APIRouter, Body, Depends, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from api import ondemand
-from api.auth import Principal, Role, principal
 from api.deps import ClickHouseDep, ExportsDep, JobId, SettingsDep
-from api.errors import Conflict, Forbidden
+from api.infra.auth import Principal, Role, principal
+from api.infra.errors import Conflict, Forbidden
+from api.infra.params import parse_devices, parse_time
 from api.jobs import get_job, merged, write_job
-from api.params import parse_devices, parse_time
-from api.queries.catalog import catalog_query
-from api.queries.jobs import JobFilter, jobs_query
+from api.queries.catalog import select_catalog
+from api.queries.jobs import JobFilter, select_jobs
 from api.queries.summary import summarise
 from api.readings import (
     READINGS_RESPONSES,
@@ -161,7 +161,8 @@ def list_jobs(
     """Newest first; a time range keeps the jobs that ran during some of it. Only the jobs
     the read policy lets the caller see."""
     node_id = parse_devices("node", node)[0] if node is not None else None
-    sql, params = jobs_query(
+    rows = select_jobs(
+        clickhouse,
         JobFilter(
             user=user,
             site=site,
@@ -171,9 +172,9 @@ def list_jobs(
             end=parse_time("end_time", end_time),
             limit=limit,
             visible=viewer.jobs_condition(),
-        )
+        ),
     )
-    return [Job(**row) for row in clickhouse.query(sql, parameters=params).named_results()]
+    return [Job(**row) for row in rows]
 
 
 @router.get(
@@ -253,8 +254,7 @@ def get_job_catalog(
     selection = with_aliases(clickhouse, job_selection(job, EVERYTHING))
     if selection is None:
         return []
-    sql, params = catalog_query(selection)
-    return [CatalogEntry(**row) for row in clickhouse.query(sql, parameters=params).named_results()]
+    return [CatalogEntry(**row) for row in select_catalog(clickhouse, selection)]
 
 
 @router.post(

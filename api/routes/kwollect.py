@@ -12,10 +12,10 @@ import orjson
 from fastapi import APIRouter, Query
 
 from api.deps import ClickHouseDep, SettingsDep
-from api.errors import Forbidden, ParameterError
-from api.params import TIME_HELP, device_name, parse_time
-from api.queries.catalog import catalog_query
-from api.queries.devices import recent_metrics_query
+from api.infra.errors import Forbidden, ParameterError
+from api.infra.params import TIME_HELP, device_name, parse_time
+from api.queries.catalog import select_catalog
+from api.queries.devices import select_recent_metrics
 from api.queries.metrics import Selection
 from api.readings import READINGS_RESPONSES, check_devices, get_metrics
 from api.schemas import AvailableMetric, ErrorBody, Reading
@@ -87,11 +87,8 @@ def available_metrics(
         # Every device: from the latest values, which know only the present.
         if until < now() - AVAILABLE_WINDOW:
             raise ParameterError("params", "give devices or job_id for a time in the past")
-        sql, query_params = recent_metrics_query(until - AVAILABLE_WINDOW, until)
+        rows = select_recent_metrics(clickhouse, until - AVAILABLE_WINDOW, until)
     else:
         window = Selection(tuple(devices), until - AVAILABLE_WINDOW, until)
-        sql, query_params = catalog_query(with_aliases(clickhouse, window))
-    return [
-        AvailableMetric(device_id=r["device_id"], metric_id=r["metric_id"])
-        for r in clickhouse.query(sql, parameters=query_params).named_results()
-    ]
+        rows = select_catalog(clickhouse, with_aliases(clickhouse, window))
+    return [AvailableMetric(device_id=r["device_id"], metric_id=r["metric_id"]) for r in rows]

@@ -8,10 +8,10 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 
 from api.deps import JobId
-from api.errors import Busy
+from api.infra.errors import Busy
+from api.infra.params import TIME_HELP, parse_devices, parse_labels, parse_patterns, parse_time
 from api.live.sse import MEDIA_TYPE, EventStreamResponse
 from api.live.stream import JobStream, LiveRequest
-from api.params import TIME_HELP, parse_devices, parse_labels, parse_patterns, parse_time
 from api.readings import check_devices, check_metrics
 from api.scope import Asked
 from api.visibility import ViewerDep

@@ -10,8 +10,8 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from api import push
-from api.auth import Principal, Role, principal
-from api.errors import TooLarge
+from api.infra.auth import Principal, Role, principal
+from api.infra.errors import TooLarge
 from api.schemas import ErrorBody, PushAccepted
 
 router = APIRouter(prefix="/api", tags=["metrics"])

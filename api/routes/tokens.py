@@ -1,5 +1,5 @@
 """Signed tokens for users (admin token only): `POST /api/tokens` creates one,
-`DELETE /api/tokens/{jti}` revokes one for every API replica (api/revocations.py)."""
+`DELETE /api/tokens/{jti}` revokes one for every API replica (api/infra/revocations.py)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Request
 
-from api import revocations
-from api.auth import Principal, Role, principal
-from api.errors import ParameterError
-from api.params import iso
+from api.infra import revocations
+from api.infra.auth import Principal, Role, principal
+from api.infra.errors import ParameterError
+from api.infra.params import iso
+from api.infra.tokens import create_token, names
 from api.schemas import ErrorBody, TokenCreated, TokenRequest, TokenRevoked
 from api.scope import now
-from api.tokens import create_token, names
 
 router = APIRouter(prefix="/api", tags=["tokens"])
 

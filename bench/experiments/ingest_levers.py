@@ -480,7 +480,7 @@ def check_rejects(engine: Engine, migrations: Path) -> None:
 # -- queries ----------------------------------------------------------------------------------
 
 SERIES_KEY = "device_id, metric_id, sipHash64(labels)"
-# The read-only users' profile (clickhouse/server/users.py), which the API's reader shares.
+# The read-only users' profile (stack/clickhouse_server/users.py), which the API's reader shares.
 AS_READER = " SETTINGS final = 1, do_not_merge_across_partitions_select_final = 1"
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import mmap
+import re
 import shutil
 import statistics
 import threading
@@ -47,7 +48,8 @@ from bench.polling.producer import start_producer
 from bench.systems import jobscope_abuse, jobscope_api
 from bench.systems.base import Ingest, Selection, System, run_parallel
 from clickhouse import rollups
-from clickhouse.migrate import MigrationSettings, apply_migrations, render
+from clickhouse.migrate import MigrationSettings, apply_migrations
+from clickhouse.schema import file_statements
 from kafka import topics
 from kafka.message import READING_STRUCTURE, header, pack
 from kafka.reading import Reading
@@ -74,23 +76,15 @@ FRESHNESS_S = {True: 10, False: 60}  # length of the steady-load phase
 FLOOR_REPEATS = 200
 SERVERS = ("kafka", "clickhouse")  # the processes that ingest and store
 
-# The format comparison's Kafka table: a row per reading in the format under test, with the
-# Kafka settings of the production table (clickhouse/migrations/0021_readings_consumers_
-# polled_together.sql, same placeholders, rendered by clickhouse.migrate) except the error
-# stream.
-BARE_QUEUE = (
-    "CREATE TABLE ${TABLE} (" + READING_STRUCTURE + ")\n"
-    """ENGINE = Kafka
-SETTINGS
-    kafka_broker_list = '${KAFKA_BROKERS}',
-    kafka_topic_list = '${READINGS_TOPIC}',
-    kafka_group_name = '${CONSUMER_GROUP}',
-    kafka_format = '${FORMAT}',
-    kafka_num_consumers = ${KAFKA_CONSUMERS},
-    kafka_thread_per_consumer = 0,
-    kafka_flush_interval_ms = ${KAFKA_FLUSH_INTERVAL_MS},
-    kafka_max_block_size = 65536"""
+# The format comparison's Kafka table is derived from the production one as
+# clickhouse/schema.sql defines it (`_bare_queue`), never copied.
+PRODUCTION_QUEUE = "readings_queue"
+# Its columns as schema.sql shows them: the message's array, replaced by a row per reading.
+_QUEUE_COLUMNS = re.compile(
+    rf"\ACREATE TABLE {PRODUCTION_QUEUE}\s*\(.*?\n\)\s*(?=ENGINE = Kafka\b)", re.S
 )
+# The error stream, dropped: it fans rows out to ingest_errors, which the bare pipeline lacks.
+_ERROR_STREAM = re.compile(r"\s*kafka_handle_error_mode = '\w+',")
 READINGS_SQL = (
     "SELECT timestamp, device_id, metric_id, value, labels FROM metrics "
     "WHERE device_id IN {devices:Array(String)} "
@@ -740,9 +734,35 @@ def _messages(data: Dataset, fmt: str = payloads.PRODUCTION_FORMAT) -> list[payl
 
 
 def _bare_queue(production: MigrationSettings, table: str, fmt: str) -> str:
-    """CREATE TABLE `table`: a Kafka table of a row per reading in `fmt`, with the Kafka
-    settings of the production one rendered from `production` (BARE_QUEUE)."""
-    return render(BARE_QUEUE, {**production.placeholders(), "TABLE": table, "FORMAT": fmt})
+    """CREATE TABLE `table`: the production readings table of clickhouse/schema.sql with a
+    row per reading in `fmt` instead of the message's array, without the error stream, and
+    the broker, topic, group, consumers and flush interval of `production` instead of the
+    defaults the file shows. Raises if the production table no longer has what is replaced."""
+    (create,) = file_statements([PRODUCTION_QUEUE])
+    create, columns = _QUEUE_COLUMNS.subn(f"CREATE TABLE {table} ({READING_STRUCTURE})\n", create)
+    create, streams = _ERROR_STREAM.subn("", create)
+    if (columns, streams) != (1, 1):
+        raise RuntimeError(f"clickhouse/schema.sql's {PRODUCTION_QUEUE} changed shape: {create}")
+    values = production.placeholders()
+    for name, value in (
+        ("kafka_broker_list", f"'{values['KAFKA_BROKERS']}'"),
+        ("kafka_topic_list", f"'{values['READINGS_TOPIC']}'"),
+        ("kafka_group_name", f"'{values['CONSUMER_GROUP']}'"),
+        ("kafka_format", f"'{fmt}'"),
+        ("kafka_num_consumers", values["KAFKA_CONSUMERS"]),
+        ("kafka_flush_interval_ms", values["KAFKA_FLUSH_INTERVAL_MS"]),
+    ):
+        create = _kafka_setting(create, name, value)
+    return create
+
+
+def _kafka_setting(create: str, name: str, value: str) -> str:
+    """`create` with its setting `name` set to `value` (SQL text); raises if it has none."""
+    pattern = rf"\b({name} = )(?:'[^']*'|[^,\s]+)"
+    create, found = re.subn(pattern, lambda m: m.group(1) + value, create)
+    if found != 1:
+        raise RuntimeError(f"{PRODUCTION_QUEUE} of clickhouse/schema.sql has no {name}")
+    return create
 
 
 def _pack_poll(

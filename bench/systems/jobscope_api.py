@@ -7,7 +7,7 @@ bench's own data (past dates: the bench keeps 10 years of readings), then:
   runs), readings counted (text formats: rows; Parquet, Arrow: pyarrow);
   `api_1m_readings_s`: the best format's (`api_1m_best_format`).
 - `api_1m_direct_<format>_s`: the same SQL (the API's own functions: `scope_rows`,
-  `formats.projected`, the job's selection) in the same ClickHouse format, straight from
+  `projected`, the job's selection) in the same ClickHouse format, straight from
   ClickHouse as the API's read-only user, received completely in 1 MiB blocks; the
   overhead of the API = its time / the direct time, of the best API format.
 - `api_summary_1m_readings_s`: `GET /api/jobs/{id}/summary` of that job.
@@ -39,7 +39,7 @@ from clickhouse_connect.driver.client import Client
 
 from api import formats as api_formats
 from api.jobs import get_job
-from api.queries.metrics import scope_rows, stepped_rows
+from api.queries.metrics import projected, scope_rows, stepped_rows
 from api.queries.summary import summarise
 from api.scope import EVERYTHING, job_selection
 from bench.dataset import US, Dataset, utc
@@ -207,7 +207,7 @@ def _formats(
     for name in FORMATS:
         fmt = api_formats.FORMATS[name]
         params: dict[str, Any] = {}
-        sql = api_formats.projected(scope_rows(selection, params), fmt)
+        sql = projected(scope_rows(selection, params), fmt.timestamp, fmt.labels)
         api: list[float] = []
         direct: list[float] = []
         sizes: dict[str, int] = {}
@@ -325,7 +325,7 @@ def _step(http: _Http, reader: Client, job: _Job, repeats: int, limit_s: float) 
     assert selection is not None
     fmt = api_formats.FORMATS["json"]
     params: dict[str, Any] = {}
-    sql = api_formats.projected(stepped_rows(selection, 60, "avg", params), fmt)
+    sql = projected(stepped_rows(selection, 60, "avg", params), fmt.timestamp, fmt.labels)
     runs = []
     direct = []
     size = 0

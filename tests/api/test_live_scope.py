@@ -3,8 +3,8 @@ the readings query would show, so that a live stream and `/api/jobs/{id}/metrics
 
 from __future__ import annotations
 
+from api.infra.params import parse_patterns
 from api.live.scope import LiveScope, Seam, glob_regex
-from api.params import parse_patterns
 from kafka.message import iso_us
 from kafka.reading import Reading
 

@@ -12,7 +12,7 @@ from clickhouse_connect.driver.client import Client
 from confluent_kafka.admin import AdminClient, NewTopic
 from fastapi.testclient import TestClient
 
-from api.config import ApiSettings
+from api.infra.config import ApiSettings
 from api.main import create_app
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from api.config import ApiSettings
+from api.infra.config import ApiSettings
 from kafka.reading import Reading
 from stack import services
 from stack.config import StackSettings

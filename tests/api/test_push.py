@@ -21,9 +21,9 @@ import pytest
 from clickhouse_connect.driver.client import Client
 from fastapi.testclient import TestClient
 
-from api.config import ApiSettings
+from api.infra.config import ApiSettings
+from api.infra.tokens import Role, create_token
 from api.main import create_app
-from api.tokens import Role, create_token
 from stack import kafka_broker, secrets, services
 from stack.config import StackSettings
 from stack.processes import wait_until

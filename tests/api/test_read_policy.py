@@ -22,10 +22,10 @@ from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import DatabaseError
 from fastapi.testclient import TestClient
 
-from api.config import ApiSettings
+from api.infra.config import ApiSettings
+from api.infra.tokens import Principal, Role, create_token, decode
 from api.main import create_app
 from api.schemas import Job
-from api.tokens import Principal, Role, create_token, decode
 from api.visibility import Viewer
 from jobscope.cli import cli
 from jobscope.client import Client as ApiClient

@@ -18,10 +18,10 @@ from click.testing import CliRunner
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
-from api.config import ApiSettings
-from api.limits import FailedLogins
+from api.infra.config import ApiSettings
+from api.infra.limits import FailedLogins
+from api.infra.tokens import InvalidToken, Principal, Role, create_token, decode
 from api.main import create_app
-from api.tokens import InvalidToken, Principal, Role, create_token, decode
 from jobscope.cli import cli
 from jobscope.client import token_id
 from stack import secrets, services

@@ -1,4 +1,4 @@
-"""The server's engine runs with the configuration clickhouse/server/engine_config.py writes
+"""The server's engine runs with the configuration stack/clickhouse_server/engine_config.py writes
 (chdb ignores parts of such a file silently: profiles only count from a users config, the
 log level only from the connection string)."""
 
@@ -10,7 +10,7 @@ import pytest
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import DatabaseError
 
-from clickhouse.server.config import ServerSettings
+from stack.clickhouse_server.config import ServerSettings
 from stack.config import StackSettings
 from stack.processes import wait_until
 

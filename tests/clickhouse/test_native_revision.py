@@ -19,10 +19,10 @@ from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.query import QueryContext, QueryResult
 from clickhouse_connect.driver.transform import NativeTransform
 
-from clickhouse.server import native
-from clickhouse.server.engine import EngineConnection
-from clickhouse.server.errors import BAD_ARGUMENTS, NOT_IMPLEMENTED, ClickHouseError
 from stack import services
+from stack.clickhouse_server import native
+from stack.clickhouse_server.engine import EngineConnection
+from stack.clickhouse_server.errors import BAD_ARGUMENTS, NOT_IMPLEMENTED, ClickHouseError
 from stack.config import StackSettings
 
 CONNECT_REVISION = 54405  # what clickhouse-connect 1.12 sends once its probe succeeds
@@ -316,7 +316,7 @@ def test_layouts_not_produced_are_refused(
 
 class TestWiredIntoServer:
     """The local server (real engine, shifted ports) answers clickhouse-connect at the
-    revision it negotiates. Fails until clickhouse/server/http_handler.py produces Native
+    revision it negotiates. Fails until stack/clickhouse_server/http_handler.py produces Native
     output through `native.output_for_client`."""
 
     def test_client_reads_zones_at_protocol_54405(

@@ -404,7 +404,7 @@ def capped(clickhouse: StackSettings) -> Iterator[tuple[str, int, Path]]:
         **{f"JOBSCOPE_CLICKHOUSE_{k.upper()}": str(v) for k, v in CAPPED.items()},
     }
     proc = services.process(clickhouse, "clickhouse-capped")
-    proc.start([sys.executable, "-m", "clickhouse.server"], env=env, cwd=REPO_ROOT)
+    proc.start([sys.executable, "-m", "stack.clickhouse_server"], env=env, cwd=REPO_ROOT)
     url = f"http://127.0.0.1:{port}"
 
     try:

@@ -340,7 +340,7 @@ def test_external_tables(http: httpx.Client, reader_client: Client) -> None:
 def test_a_form_body_is_bounded_as_it_is_read() -> None:
     """The form is held in memory: past the limit (max_form_bytes) it is refused at once, not
     buffered."""
-    from clickhouse.server import forms
+    from stack.clickhouse_server import forms
 
     read = []
 

@@ -1,7 +1,7 @@
 """Read-only users (reader, superset, api) cannot reach outside the database through the local
 server: no function or table function off the allow-lists (decided from the engine's parse
 tree), no setting off the settings allow-list, and their profile is on their engine
-connection, where no statement text can lift it (clickhouse/server/sql_policy.py)."""
+connection, where no statement text can lift it (stack/clickhouse_server/sql_policy.py)."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ import httpx
 import pytest
 from clickhouse_connect.driver.client import Client
 
-from clickhouse.server import sql_policy
-from clickhouse.server.http_handler import TRANSPORT_PARAMS
 from stack import secrets
+from stack.clickhouse_server import sql_policy
+from stack.clickhouse_server.http_handler import TRANSPORT_PARAMS
 from stack.config import StackSettings
 
 READ_ONLY_USERS = ("reader", "superset", "api")

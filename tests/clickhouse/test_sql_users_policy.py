@@ -37,7 +37,7 @@ def server(settings: StackSettings, **env: str) -> Iterator[None]:
     """The local ClickHouse server with `env` added to its settings (no Kafka, no schema)."""
     process = services.process(settings, "clickhouse")
     process.start(
-        [sys.executable, "-m", "clickhouse.server"],
+        [sys.executable, "-m", "stack.clickhouse_server"],
         env={**services.component_env(settings, "clickhouse"), **env},
         cwd=REPO_ROOT,
         ports=[(settings.host, settings.clickhouse_port)],

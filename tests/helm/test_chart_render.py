@@ -170,7 +170,7 @@ def test_sql_access_values_reach_the_schema_job(monkeypatch: pytest.MonkeyPatch)
 
 def test_env_names_are_settings_the_processes_read() -> None:
     """Every JOBSCOPE_* variable the chart sets is a field of the process's settings model."""
-    from api.config import ApiSettings
+    from api.infra.config import ApiSettings
     from clickhouse.migrate import MigrationSettings
     from producers.config import ProducerSettings
     from stack.create_topics import TopicSettings
@@ -243,7 +243,7 @@ def test_helm_test_hook_asks_the_api_health() -> None:
         (["--set", "api.service.type=Nowhere"], "/api/service/type"),
         (["--set", "typo=1"], "typo"),
         ([], "clickhouse.admin.password or clickhouse.admin.existingSecret is required"),
-        # static tokens of 16 characters at least, the signing key 32 (api/config.py)
+        # static tokens of 16 characters at least, the signing key 32 (api/infra/config.py)
         (["--set", "api.tokens.adminToken=short"], "/api/tokens/adminToken"),
         (["--set", "api.tokens.schedulerToken=" + "x" * 15], "/api/tokens/schedulerToken"),
         (["--set", "api.tokens.tokenSecret=" + "s" * 31], "/api/tokens/tokenSecret"),

@@ -1,4 +1,4 @@
-"""The site's provider's access tokens at the API (api/oidc.py), from a real Keycloak: each
+"""The site's provider's access tokens at the API (api/infra/oidc.py), from a real Keycloak: each
 role reads what the `jobs` policy allows it; forged, foreign, expired and mis-addressed
 tokens are refused saying why, never repeating the token; a key rotation at the provider is
 followed without restart, and a retired key stops working."""

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from api.config import ApiSettings
+from api.infra.config import ApiSettings
 from connectors.mirror import MirrorMaker, MirrorSettings
 from kafka.security import KafkaClientSettings
 from producers.config import ProducerSettings

@@ -20,7 +20,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from fastapi.testclient import TestClient
 
-from api.config import ApiSettings
+from api.infra.config import ApiSettings
 from api.main import create_app
 from kafka import topics
 from kafka.message import pack, unpack

@@ -15,7 +15,7 @@ import pytest
 from clickhouse_connect.driver.client import Client
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
-from api.params import to_us
+from api.infra.params import to_us
 from kafka.message import pack, unpack
 from kafka.reading import Reading
 from stack import services

@@ -69,7 +69,7 @@ def _start_clickhouse_on(settings: StackSettings, disk: Path) -> None:
         "JOBSCOPE_CLICKHOUSE_TMP_DIR": str(disk / "clickhouse-tmp"),
     }
     services.process(settings, "clickhouse").start(
-        [sys.executable, "-m", "clickhouse.server"],
+        [sys.executable, "-m", "stack.clickhouse_server"],
         env=env,
         cwd=REPO_ROOT,
         ports=[(settings.host, settings.clickhouse_port)],
