@@ -10,7 +10,9 @@ blocks, never one Python object per reading.
 | arrow   | application/vnd.apache.arrow.stream   | ArrowStream (Arrow IPC stream)      |
 
 Text formats carry Kwollect's timestamp (ISO 8601, microseconds, `+00:00`); Parquet and
-Arrow carry a UTC timestamp type and labels as a map.
+Arrow carry a UTC timestamp type and labels as a map. JSON and NDJSON carry `_device_orig`
+as a list of device ids, as Kwollect does; CSV, Parquet and Arrow, whose labels map text to
+text, as a comma-separated string.
 """
 
 from __future__ import annotations
@@ -28,6 +30,14 @@ from api.queries import iso_sql
 from api.queries.metrics import readings_stream
 
 BLOCK_SIZE = 1 << 18
+ORIGINS = "_device_orig"
+_LABEL = "Variant(String, Array(String))"
+JSON_LABELS = (
+    f"mapApply((k, v) -> (k, if(k = '{ORIGINS}', CAST(splitByChar(',', v), '{_LABEL}'), "
+    f"CAST(v, '{_LABEL}'))), lab)"
+)
+"""Labels as Kwollect's JSON has them: `_device_orig` a list of device ids (the queries keep
+it as a comma-separated string: a map's values share one type)."""
 
 
 @dataclass(frozen=True)
@@ -43,8 +53,10 @@ class Format:
 FORMATS = {
     f.name: f
     for f in (
-        Format("json", "application/json", "JSONEachRow", iso_sql("ts"), "lab", "json"),
-        Format("ndjson", "application/x-ndjson", "JSONEachRow", iso_sql("ts"), "lab", "ndjson"),
+        Format("json", "application/json", "JSONEachRow", iso_sql("ts"), JSON_LABELS, "json"),
+        Format(
+            "ndjson", "application/x-ndjson", "JSONEachRow", iso_sql("ts"), JSON_LABELS, "ndjson"
+        ),
         Format("csv", "text/csv", "CSVWithNames", iso_sql("ts"), "toJSONString(lab)", "csv"),
         Format("parquet", "application/vnd.apache.parquet", "Parquet", "ts", "lab", "parquet"),
         Format("arrow", "application/vnd.apache.arrow.stream", "ArrowStream", "ts", "lab", "arrow"),

@@ -9,6 +9,7 @@ from anyio import to_thread
 from fastapi import Depends, FastAPI
 from fastapi.routing import APIRoute
 
+from api import notes, registry
 from api.audit import Recorder
 from api.infra import auth, errors
 from api.infra.clickhouse import ClickHouseProvider
@@ -21,8 +22,11 @@ from api.infra.push_limits import PushLimits
 from api.infra.revocations import Revocations
 from api.live.hub import ReadingsHub
 from api.live.ingested import IngestWatch
+from api.records import Refresher
 from api.routes import auth as auth_routes
 from api.routes import dashboard, devices, health, jobs, kwollect, live, metrics, push, tokens
+from api.routes import registry as registry_routes
+from api.routes import report as report_routes
 
 
 def create_app(settings: ApiSettings) -> FastAPI:
@@ -53,7 +57,10 @@ def create_app(settings: ApiSettings) -> FastAPI:
         app.state.live_ingested = IngestWatch(
             settings.kafka_bootstrap, settings.consumer_group, settings.readings_topic, security
         )
+        app.state.records = Refresher(app.state.clickhouse, app.state.kafka, settings)
+        app.state.records.start()
         yield
+        app.state.records.close()
         app.state.live_hub.close()
         app.state.live_ingested.close()
         app.state.revocations.close()
@@ -69,6 +76,8 @@ def create_app(settings: ApiSettings) -> FastAPI:
         dependencies=[Depends(auth.reads_guard)],
     )
     app.state.settings = settings
+    app.state.registry = registry.use(settings.metric_registry)  # a bad file stops the start
+    app.state.note_rules = notes.use(settings.note_rules)  # so does a bad rules file
     app.state.oidc = OidcVerifier(settings) if settings.oidc_issuer else None
     app.state.failed_logins = FailedLogins(
         settings.auth_max_failures, settings.auth_failure_window_s, settings.auth_tracked_clients
@@ -78,6 +87,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
     app.add_middleware(BodyGuard, own_cap=pushes)
     app.state.push_limits = PushLimits(settings)
     errors.install(app)
+    app.include_router(registry_routes.router)
     app.include_router(metrics.router)
     app.include_router(push.router)
     app.include_router(tokens.router)
@@ -87,5 +97,6 @@ def create_app(settings: ApiSettings) -> FastAPI:
     app.include_router(kwollect.router)
     app.include_router(dashboard.router)
     app.include_router(auth_routes.router)
+    app.include_router(report_routes.router)
     app.include_router(health.router)
     return app

@@ -223,7 +223,10 @@ def get_metrics(
     viewer: ViewerDep,
     job_id: Annotated[
         str | None,
-        Query(description="a job: its nodes and the devices measuring them, over its time"),
+        Query(
+            description="a job: its nodes (the devices measuring them summed under each node) "
+            "over its time"
+        ),
     ] = None,
     nodes: Annotated[str | None, Query(description="comma-separated node ids")] = None,
     devices: Annotated[
@@ -233,15 +236,19 @@ def get_metrics(
     """Every reading of the devices (`nodes` and `devices` together; a node's domain suffix
     is ignored), or of a job's scope, oldest first. Readings of a device labelled
     `_device_alias=<node>` also come back under the node's id, summed over the devices
-    measuring it at that instant, listed in the label `_device_orig`. Times without an
-    offset are UTC. Under the `jobs` read policy a user reads only devices that are nodes of
+    measuring it at that instant, listed in the label `_device_orig`. A job, as in Kwollect,
+    answers its nodes only: the measuring devices' readings come summed under the node, not
+    under their own ids (`GET /api/jobs/{id}/metrics?measuring=true` has them). Times without
+    an offset are UTC. Under the `jobs` read policy a user reads only devices that are nodes of
     one of their jobs, over a time inside it (403 otherwise), and a job of someone else is
     unknown (404)."""
     named = parse_devices("nodes", nodes) + parse_devices("devices", devices)
     asked = replace(query.asked, devices=tuple(dict.fromkeys(named)))
     check_devices("devices" if devices else "nodes", asked.devices, settings)
     if job_id is not None:
+        # Kwollect's job_id: the job's nodes only, measuring devices summed under them
         selection = job_selection(viewer.job(clickhouse, job_id, asked.site), asked)
+        selection = selection and replace(selection, measured=False)
         return respond(clickhouse, settings, exports, query, selection, f"job-{job_id}")
     if not asked.devices:
         raise ParameterError("devices", "give devices, nodes or job_id")

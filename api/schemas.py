@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any, Literal
 
 import hostlist
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
@@ -21,7 +22,13 @@ class Reading(BaseModel):
     device_id: str = Field(examples=["node-1"])
     metric_id: str = Field(examples=["bmc_power_watt"])
     value: float = Field(examples=[138])
-    labels: dict[str, str] = Field(default_factory=dict)
+    labels: dict[str, str | list[str]] = Field(
+        default_factory=dict,
+        description="the reading's labels; `_device_orig` (a node's sum of the devices "
+        "measuring it) lists those devices, as in Kwollect (a comma-separated string in CSV, "
+        "Parquet and Arrow)",
+        examples=[{"_device_orig": ["pdu-1", "pdu-2"]}],
+    )
 
 
 class Health(BaseModel):
@@ -157,6 +164,40 @@ class Job(BaseModel):
     updated_at: str = Field(examples=["2026-11-23T09:00:00.123456+00:00"])
 
 
+class JobListed(Job):
+    """A job of `GET /api/jobs`, with the figures of its record (null without one: a job
+    running, or ended and not yet recorded)."""
+
+    energy_j: float | None = Field(None, examples=[1.8e6], description="the job's energy")
+    coverage: float | None = Field(None, examples=[0.98], description="of the job's energy")
+    severity: str | None = Field(
+        None, examples=["warning"], description="its worst note: '', info, warning or alert"
+    )
+    notes: list[str] = Field(default_factory=list, examples=[["node-power-idle"]])
+    efficiency: float | None = Field(
+        None,
+        examples=[0.42],
+        description="the mean of its footprint's positions (0 idle .. 1 peak)",
+    )
+
+
+class JobComparison(BaseModel):
+    """`GET /api/jobs/compare`: jobs side by side, the first the reference."""
+
+    figures: list[str] = Field(
+        examples=[["duration_s", "energy_j", "footprint.bmc_power_watt.position"]],
+        description="every figure some job has, in order",
+    )
+    jobs: list[dict[str, Any]] = Field(
+        description="per job, in the order asked: `job` (its metadata), `notes` (as in its "
+        "summary), `severity` (the worst), `footprint_source`, `figures` {name: number} "
+        "(duration_s, energy_j, coverage, footprint.<metric>.mean|p95|position|"
+        "above_caution_s|above_alert_s, metrics.<metric>.avg|max|delta|rate over its nodes) and "
+        "`diff` {name: {delta, relative}}: each figure minus the first job's, and that "
+        "difference relative to the first's (null when the first's is 0 or missing)"
+    )
+
+
 class OnDemandRequest(BaseModel):
     """Which optional metrics to switch on for a job (Kwollect's `oarsub -t monitor=...`)."""
 
@@ -204,6 +245,13 @@ class CatalogEntry(BaseModel):
     count: int = Field(examples=[3600])
     first: str = Field(examples=["2026-11-23T09:00:00.512000+00:00"])
     last: str = Field(examples=["2026-11-23T09:59:59.512000+00:00"])
+    unit: str = Field(examples=["W"], description="the metric registry's unit")
+    kind: str = Field(examples=["gauge"], description="gauge, counter or energy_counter")
+    scope: str = Field(examples=["node"], description="what one series measures")
+    description: str = Field(examples=["power of the node as its BMC reports it"])
+    inferred: bool = Field(
+        examples=[False], description="no registry entry: unit and kind inferred from the name"
+    )
 
 
 class MetricSummary(BaseModel):
@@ -219,6 +267,21 @@ class MetricSummary(BaseModel):
         description="values users wrote (pushed with source=user:*, or kwollect_custom): "
         "kept apart from the measured ones, never summed into them",
     )
+    unit: str | None = Field(None, description="the metric registry's unit", examples=["W"])
+    kind: str | None = Field(None, description="gauge, counter or energy_counter")
+    p95: float | None = Field(None, description="95th percentile (gauges; null for counters)")
+    delta: float | None = Field(
+        None,
+        description="counters: the increase over the job, summed over the series, across "
+        "wraps (2^32, 2^64) and resets as as_rate reads them; null for gauges",
+        examples=[1.8e9],
+    )
+    rate: float | None = Field(
+        None,
+        description="counters: per series its increase over the seconds from its first to its "
+        "last reading, summed over the series (per second)",
+    )
+    resets: int | None = Field(None, description="counters: restarts from 0 seen")
 
 
 class NodeEnergy(BaseModel):
@@ -243,6 +306,12 @@ class NodeEnergy(BaseModel):
         description="values users wrote (pushed with source=user:*, or kwollect_custom): "
         "kept apart from the measured ones, never summed into them",
     )
+    role: str | None = Field(
+        None, description="the registry's energy_role of the metric", examples=["bmc"]
+    )
+    preferred: bool = Field(
+        False, description="the node's energy by the site's priority (registry energy_priority)"
+    )
 
 
 class EnergyTotal(BaseModel):
@@ -250,6 +319,45 @@ class EnergyTotal(BaseModel):
     joules: float = Field(examples=[1086421.0])
     nodes: int = Field(examples=[2])
     pushed: bool = Field(False, description="a total of pushed power (see NodeEnergy.pushed)")
+
+
+class EnergySpread(BaseModel):
+    min_joules: float
+    max_joules: float
+    relative: float = Field(description="(max - min) / max", examples=[0.06])
+
+
+class NodeEnergyChoice(BaseModel):
+    """A node's energy by its preferred source, and how far its whole-node sources differ."""
+
+    node: str = Field(examples=["node-1"])
+    joules: float = Field(examples=[543210.5])
+    metric_id: str = Field(examples=["wattmetre_power_watt"])
+    role: str | None = Field(examples=["wattmeter"])
+    covered_s: float = Field(examples=[3599.0])
+    coverage: float = Field(description="covered_s / the job's duration", examples=[0.9997])
+    sources_count: int = Field(description="sources measuring the whole node", examples=[2])
+    spread: EnergySpread | None = Field(description="null with fewer than 2 such sources")
+
+
+class JobEnergy(BaseModel):
+    joules: float = Field(examples=[1086421.0])
+    role: str | None = Field(description="the nodes' preferred role; mixed if they differ")
+    coverage: float = Field(
+        description="the least coverage of any of the job's nodes (0: a node not measured)"
+    )
+    nodes: int = Field(examples=[2])
+
+
+class SummarySource(BaseModel):
+    computed_at: str | None = Field(
+        description="when the record was computed; null from raw readings (computed now)",
+        examples=["2026-11-23T10:01:00.000000+00:00"],
+    )
+    source: Literal["raw", "record"] = Field(
+        description="record: the job record kept after the job ended (docs/jobs.md)"
+    )
+    version: int | None = Field(description="the record's version; null from raw readings")
 
 
 class JobSummary(BaseModel):
@@ -262,6 +370,15 @@ class JobSummary(BaseModel):
     energy_total: list[EnergyTotal] = Field(
         description="per source (power metric), over the nodes; pushed apart"
     )
+    energy_nodes: list[NodeEnergyChoice] = Field(
+        default_factory=list, description="per measured node: its preferred source's energy"
+    )
+    energy_job: JobEnergy | None = Field(
+        None, description="the job's energy by its nodes' preferred sources"
+    )
+    footprint: list[dict[str, Any]] = Field(default_factory=list)
+    notes: list[dict[str, Any]] = Field(default_factory=list)
+    record: SummarySource | None = Field(None, description="where the answer came from")
 
 
 class DeviceInfo(BaseModel):
@@ -279,6 +396,13 @@ class AvailableMetric(BaseModel):
 
     device_id: str = Field(examples=["node-1"])
     metric_id: str = Field(examples=["bmc_power_watt"])
+    unit: str = Field(examples=["W"], description="the metric registry's unit")
+    kind: str = Field(examples=["gauge"], description="gauge, counter or energy_counter")
+    scope: str = Field(examples=["node"], description="what one series measures")
+    description: str = Field(examples=["power of the node as its BMC reports it"])
+    inferred: bool = Field(
+        examples=[False], description="no registry entry: unit and kind inferred from the name"
+    )
 
 
 class PushAccepted(BaseModel):

@@ -77,6 +77,10 @@ class MigrationSettings(BaseSettings):
     audit_topic: str = Field(
         topics.AUDIT.name, description="reads of jobs by others than their owners (api/audit.py)"
     )
+    records_topic: str = Field(
+        topics.JOB_RECORDS.name,
+        description="job records the API computes (api/records.py), stored in job_records",
+    )
     sites: Annotated[list[SiteName], NoDecode, BeforeValidator(comma_separated)] = Field(
         default_factory=list,
         description="a central ClickHouse of several sites: the sites whose mirrored topics "
@@ -100,6 +104,15 @@ class MigrationSettings(BaseSettings):
         le=20000,
         # Bounded: past the year 2106 the TTL date wraps around and every row would expire.
         description="TTL of raw readings in days",
+    )
+    rollup_1m_retention_days: int | None = Field(
+        None,
+        ge=1,
+        le=20000,
+        description="TTL of the 1-minute rollups (metrics_1m) in days; unset: as long as raw "
+        "readings (a 5 s series has 12 readings a minute, so its minute rollup weighs about a "
+        "tenth of them; 400 keeps last year's jobs plotted by the minute). 1-hour rollups and "
+        "job records are kept for ever (docs/jobs.md)",
     )
     clickhouse_cluster: str = Field(
         "", description="ClickHouse cluster to create the schema ON CLUSTER; empty: one server"
@@ -162,6 +175,11 @@ class MigrationSettings(BaseSettings):
             services=tuple(self.clickhouse_sql_services),
         )
 
+    def retention(self) -> dict[str, int]:
+        """Days each retained table keeps (RETAINED's tables)."""
+        rollup = self.rollup_1m_retention_days or self.retention_days
+        return {"metrics": self.retention_days, "metrics_1m": rollup}
+
     def placeholders(self) -> dict[str, str]:
         return {
             "KAFKA_BROKERS": self.kafka_bootstrap,
@@ -170,6 +188,7 @@ class MigrationSettings(BaseSettings):
             "READINGS_TOPIC_NAME": self.readings_topic,
             "JOBS_TOPIC_NAME": self.jobs_topic,
             "AUDIT_TOPIC": self.audit_topic,
+            "RECORDS_TOPIC": self.records_topic,
             "OAR_CHANGES_TOPIC": ",".join(self.subscribed(topics.OAR_CHANGES.name)),
             "OAR_CHANGES_TOPIC_NAME": topics.OAR_CHANGES.name,
             "CONSUMER_GROUP": self.consumer_group,
@@ -250,7 +269,7 @@ def apply_migrations(
             applied.append(name)
             log.info("applied %s", name)
         client.insert("schema_migrations", [[name, checksum]], column_names=["name", "checksum"])
-    ensure_retention(client, settings.retention_days, layout)
+    ensure_retention(client, settings.retention(), layout)
     if settings.clickhouse_access_control:
         apply_access_control(client, settings.access_control())
     return applied
@@ -262,14 +281,15 @@ def run_statement(client: Client, layout: ClusterLayout, statement: str) -> None
         client.command(part)
 
 
-# The tables whose TTL follows the configured retention, with the time their TTL counts from.
+# The tables whose TTL follows a configured retention, with the time their TTL counts from.
 RETAINED = {"metrics": "toDateTime(timestamp)", "metrics_1m": "bucket"}
 
 
-def ensure_retention(client: Client, days: int, layout: ClusterLayout) -> None:
-    """Re-apply the TTL of raw readings (and their 1-minute rollup) when the configured
+def ensure_retention(client: Client, retention: dict[str, int], layout: ClusterLayout) -> None:
+    """Re-apply the TTL of raw readings and of their 1-minute rollup when the configured
     retention changed (on a cluster: of the local tables, on every host)."""
     for table, since in RETAINED.items():
+        days = retention[table]
         create = client.command(
             "SELECT create_table_query FROM system.tables "
             "WHERE database = currentDatabase() AND name = {table:String}",

@@ -83,6 +83,57 @@ ORDER BY (received_at, topic, partition, offset)
 TTL toDateTime(received_at) + toIntervalDay(90)
 SETTINGS index_granularity = 8192;
 
+CREATE TABLE job_records
+(
+    `site` LowCardinality(String),
+    `job_id` String,
+    `user` String,
+    `project` String,
+    `start_time` DateTime64(6, 'UTC'),
+    `end_time` DateTime64(6, 'UTC'),
+    `nodes` Array(String),
+    `devices` Array(String),
+    `version` UInt64,
+    `job_updated_at` DateTime64(6, 'UTC'),
+    `computed_at` DateTime64(6, 'UTC'),
+    `last_received` DateTime64(6, 'UTC'),
+    `energy_j` Float64,
+    `energy_role` LowCardinality(String),
+    `coverage` Float64,
+    `notes` Array(String),
+    `severity` LowCardinality(String),
+    `footprint` Map(String, Float64),
+    `summary` String CODEC(ZSTD(3))
+)
+ENGINE = ReplacingMergeTree(version)
+ORDER BY (site, job_id)
+SETTINGS index_granularity = 8192;
+
+CREATE TABLE job_records_queue
+(
+    `site` String,
+    `job_id` String,
+    `user` String,
+    `project` String,
+    `start_time` String,
+    `end_time` String,
+    `nodes` Array(String),
+    `devices` Array(String),
+    `version` UInt64,
+    `job_updated_at` String,
+    `computed_at` String,
+    `last_received` String,
+    `energy_j` Float64,
+    `energy_role` String,
+    `coverage` Float64,
+    `notes` Array(String),
+    `severity` String,
+    `footprint` Map(String, Float64),
+    `summary` String
+)
+ENGINE = Kafka
+SETTINGS kafka_broker_list = '127.0.0.1:9092', kafka_topic_list = 'job-records', kafka_group_name = 'jobscope-clickhouse-records', kafka_format = 'JSONEachRow', kafka_handle_error_mode = 'stream', kafka_num_consumers = 1, kafka_flush_interval_ms = 500;
+
 CREATE TABLE jobs
 (
     `job_id` String,
@@ -332,6 +383,72 @@ WHERE alias != ''
 GROUP BY
     alias,
     device_id;
+
+CREATE MATERIALIZED VIEW job_records_queue_errors_mv TO ingest_errors
+(
+    `received_at` DateTime64(3),
+    `topic` LowCardinality(String),
+    `partition` UInt64,
+    `offset` UInt64,
+    `key` String,
+    `raw_message` String,
+    `error` String
+)
+AS SELECT
+    now64(3) AS received_at,
+    _topic AS topic,
+    _partition AS partition,
+    _offset AS offset,
+    _key AS key,
+    _raw_message AS raw_message,
+    _error AS error
+FROM job_records_queue
+WHERE _error != '';
+
+CREATE MATERIALIZED VIEW job_records_queue_mv TO job_records
+(
+    `site` String,
+    `job_id` String,
+    `user` String,
+    `project` String,
+    `start_time` DateTime64(6, 'UTC'),
+    `end_time` DateTime64(6, 'UTC'),
+    `nodes` Array(String),
+    `devices` Array(String),
+    `version` UInt64,
+    `job_updated_at` DateTime64(6, 'UTC'),
+    `computed_at` DateTime64(6, 'UTC'),
+    `last_received` DateTime64(6, 'UTC'),
+    `energy_j` Float64,
+    `energy_role` String,
+    `coverage` Float64,
+    `notes` Array(String),
+    `severity` String,
+    `footprint` Map(String, Float64),
+    `summary` String
+)
+AS SELECT
+    site,
+    job_id,
+    user,
+    project,
+    parseDateTime64BestEffort(start_time, 6, 'UTC') AS start_time,
+    parseDateTime64BestEffort(end_time, 6, 'UTC') AS end_time,
+    nodes,
+    devices,
+    version,
+    parseDateTime64BestEffort(job_updated_at, 6, 'UTC') AS job_updated_at,
+    parseDateTime64BestEffort(computed_at, 6, 'UTC') AS computed_at,
+    parseDateTime64BestEffort(last_received, 6, 'UTC') AS last_received,
+    energy_j,
+    energy_role,
+    coverage,
+    notes,
+    severity,
+    footprint,
+    summary
+FROM job_records_queue
+WHERE _error = '';
 
 CREATE MATERIALIZED VIEW jobs_queue_errors_mv TO ingest_errors
 (

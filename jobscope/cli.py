@@ -25,7 +25,7 @@ from rich.progress import (
 from rich.table import Table
 
 from jobscope import credentials
-from jobscope.client import DEFAULT_API, ApiError, Client, token_id
+from jobscope.client import DEFAULT_API, REPORT_FORMATS, ApiError, Client, token_id
 from jobscope.login import claims
 from jobscope.login import login as sign_in
 from jobscope.login import logout as sign_out
@@ -158,6 +158,37 @@ def jobs(
 
 
 @cli.command()
+@click.argument("jobs", nargs=-1, required=True)
+@click.option("--json", "as_json", is_flag=True, help="the API's answer as JSON")
+@click.pass_context
+def compare(ctx: click.Context, jobs: tuple[str, ...], as_json: bool) -> None:
+    """Jobs side by side (`jobscope compare A B C`): one row per figure, a column per job,
+    and for every job after the first its difference to the first, relative."""
+    if len(jobs) < 2:
+        raise click.BadParameter("give at least two jobs", param_hint="JOBS")
+    result = _client(ctx).compare(*jobs)
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+        return
+    rows = result["jobs"]
+    table = Table("figure", *(_job_heading(row, i) for i, row in enumerate(rows)))
+    for name in result["figures"]:
+        table.add_row(name, *(_compared_cell(row, name) for row in rows))
+    table.add_row("notes", *(", ".join(n["id"] for n in row["notes"]) or "-" for row in rows))
+    Console().print(table)
+
+
+def _job_heading(row: dict[str, Any], index: int) -> str:
+    return f"{row['job']['job_id']}" + (" (reference)" if index == 0 else "")
+
+
+def _compared_cell(row: dict[str, Any], name: str) -> str:
+    value = _cell(row["figures"].get(name))
+    relative = (row.get("diff") or {}).get(name, {}).get("relative")
+    return f"{value} ({relative:+.1%})" if relative is not None else value
+
+
+@cli.command()
 @click.argument("job")
 @click.option("--metrics", help="comma-separated metric ids or globs")
 @click.pass_context
@@ -191,6 +222,69 @@ def summary(ctx: click.Context, job: str, metrics: str | None) -> None:
         for t in totals:
             table.add_row(*(_cell(t.get(k)) for k in keys))
         console.print(table)
+
+
+REGISTRY_COLUMNS = ("name", "unit", "kind", "scope", "node_aggregation", "energy_role", "key")
+
+
+@cli.command()
+@click.argument("metric", required=False)
+@click.pass_context
+def registry(ctx: click.Context, metric: str | None) -> None:
+    """The metric registry as a table, or the entry describing METRIC (every field)."""
+    console = Console()
+    if metric:
+        entry = _client(ctx).registry(metric)
+        table = Table("field", "value", title=f"{metric}")
+        for key, value in entry.items():
+            table.add_row(key, _cell(value))
+        console.print(table)
+        return
+    result = _client(ctx).registry()
+    console.print(f"energy priority: {', '.join(result['energy_priority'])}")
+    table = Table(*REGISTRY_COLUMNS, title="metrics")
+    for entry in result["metrics"]:
+        table.add_row(*(_cell(entry.get(c)) for c in REGISTRY_COLUMNS))
+    console.print(table)
+
+
+@cli.command()
+@click.argument("job")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, allow_dash=True),
+    default="-",
+    help="the file written (default: stdout); its suffix picks the format",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(REPORT_FORMATS),
+    help="html, pdf, md or json (default: from the suffix of -o, else html)",
+)
+@click.pass_context
+def report(ctx: click.Context, job: str, output: str, fmt: str | None) -> None:
+    """A job's report (metadata, energy, footprint and notes, plots), e.g.
+    `jobscope report 4242 -o report.pdf`."""
+    if fmt is None:
+        suffix = output.rsplit(".", 1)[-1].lower() if "." in output else ""
+        fmt = {"htm": "html", "markdown": "md"}.get(suffix, suffix)
+        if fmt not in REPORT_FORMATS:
+            if output != "-":
+                raise click.UsageError(
+                    f"cannot tell the format from {output!r}: give --format "
+                    f"({', '.join(REPORT_FORMATS)})"
+                )
+            fmt = "html"
+    body = _client(ctx).report(job, fmt)
+    if output == "-":
+        sys.stdout.buffer.write(body)
+        sys.stdout.buffer.flush()
+        return
+    with open(output, "wb") as out:
+        out.write(body)
+    click.echo(f"report of job {job} written to {output} ({len(body):,} bytes)", err=True)
 
 
 @cli.command()

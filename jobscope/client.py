@@ -32,6 +32,7 @@ from jobscope.sse import EventParser
 DEFAULT_API = "http://127.0.0.1:8000"
 READING_FORMATS = ("csv", "parquet", "ndjson", "json", "arrow")
 READING_COLUMNS = ["timestamp", "device_id", "metric_id", "value", "labels"]
+REPORT_FORMATS = ("html", "pdf", "md", "json")
 TimeArg = str | int | float | datetime | None
 
 
@@ -214,6 +215,12 @@ class Client:
         rows = self._json("GET", "/api/jobs", params={k: v for k, v in params.items() if v})
         return pd.DataFrame(rows)
 
+    def compare(self, *jobs: str | int) -> dict[str, Any]:
+        """GET /api/jobs/compare: the jobs' figures side by side, each with its difference
+        to the first job's (`diff`: delta and relative)."""
+        ids = ",".join(str(job) for job in jobs)
+        return self._json("GET", "/api/jobs/compare", params={"ids": ids})
+
     def job(self, job: str | int) -> dict[str, Any]:
         return self._json("GET", f"/api/jobs/{_segment(job)}")
 
@@ -222,6 +229,23 @@ class Client:
         device and metric), `energy` (joules per node and power metric) and `energy_total`."""
         params = {"metrics": metrics} if metrics else {}
         return self._json("GET", f"/api/jobs/{_segment(job)}/summary", params=params)
+
+    def registry(self, metric: str | None = None) -> dict[str, Any]:
+        """GET /api/metrics/registry: `energy_priority` and every entry (`metrics`); with
+        `metric`, the entry describing it (`inferred: true` when none matched)."""
+        params = {"metric": metric} if metric else {}
+        return self._json("GET", "/api/metrics/registry", params=params)
+
+    def report(self, job: str | int, format: str = "html") -> bytes:
+        """GET /api/jobs/{job}/report: the job's report as the API renders it (`html`, `pdf`,
+        `md` or `json`)."""
+        if format not in REPORT_FORMATS:
+            raise ApiError(
+                f"unknown report format {format!r}: expected one of {', '.join(REPORT_FORMATS)}"
+            )
+        path = f"/api/jobs/{_segment(job)}/report"
+        with self._send("GET", path, params={"format": format}) as response:
+            return response.read()
 
     def push(self, readings: pd.DataFrame | Iterable[Mapping[str, Any]]) -> int:
         """POST readings (a DataFrame with the columns of `metrics`, or dicts in Kwollect's

@@ -26,7 +26,10 @@ OAR_CHANGES = TopicSpec("oar-changes", 1)
 TOKEN_REVOCATIONS = TopicSpec("token-revocations", 1, {"cleanup.policy": "compact"})
 # Reads of jobs by others than their owners (api/audit.py), stored in ClickHouse's audit_log.
 AUDIT = TopicSpec("audit", 1)
-ALL_TOPICS = (READINGS, JOBS, ON_DEMAND, OAR_CHANGES, TOKEN_REVOCATIONS, AUDIT)
+# Job records (api/records.py), stored in ClickHouse's job_records; keyed by site and job, the
+# newest record of a job is enough.
+JOB_RECORDS = TopicSpec("job-records", 1, {"cleanup.policy": "compact"})
+ALL_TOPICS = (READINGS, JOBS, ON_DEMAND, OAR_CHANGES, TOKEN_REVOCATIONS, AUDIT, JOB_RECORDS)
 
 
 def json_readings(name: str) -> TopicSpec:

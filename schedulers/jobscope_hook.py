@@ -33,7 +33,15 @@ CONFIG_KEYS = (
     "JOBSCOPE_SITE",  # site name sent with every job; Slurm's cluster name when unset
     "JOBSCOPE_OARSTAT",  # OAR only: the oarstat command (default: oarstat)
     "JOBSCOPE_SYSLOG",  # "no" keeps failures out of syslog (stderr only)
+    # the job report at job end (docs/report.md): where users open it, and where it goes
+    "JOBSCOPE_REPORT_URL",  # the API's URL as users reach it (default: JOBSCOPE_API_URL)
+    "JOBSCOPE_REPORT_ADMIN_COMMENT",  # Slurm: "yes" writes the report's URL as AdminComment
+    "JOBSCOPE_REPORT_DIR",  # a folder: the end hook writes <dir>/<job id>.html there
+    "JOBSCOPE_SCONTROL",  # Slurm: the scontrol command (default: scontrol)
+    "JOBSCOPE_MAIL_PROG",  # slurm/jobscope_mail: the site's mail program (default /usr/bin/mail)
+    "JOBSCOPE_MAIL_ATTACH",  # slurm/jobscope_mail: "yes" attaches the HTML report (mail -a)
 )
+REPORT_TIMEOUT_SECONDS = 30.0  # a report of a large job takes longer than a job's write
 
 
 @dataclass
@@ -160,10 +168,13 @@ class Hook:
         self.log(f"{what} answered {answer.status}: {detail}{hint}; job not affected")
 
 
-def _urlopen(request: urllib.request.Request) -> Answer:
+def _urlopen(
+    request: urllib.request.Request, timeout: float = TIMEOUT_SECONDS, raw: bool = False
+) -> Answer:
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as response:
-            return Answer(response.status, _json_or_text(response.read()))
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            body = response.read()
+            return Answer(response.status, body if raw else _json_or_text(body))
     except urllib.error.HTTPError as exc:
         try:
             body = _json_or_text(exc.read())
@@ -178,6 +189,90 @@ def _urlopen(request: urllib.request.Request) -> Answer:
         return Answer(0, error=f"no answer from {request.full_url} in {TIMEOUT_SECONDS:g} s")
     except Exception as exc:  # malformed URL, connection reset, ...
         return Answer(0, error=f"{request.full_url}: {type(exc).__name__}: {exc}")
+
+
+# -- the job report at job end: its URL in the job (Slurm AdminComment), a copy in a folder ----
+
+
+def report_url(hook: Hook, job_id: str) -> str:
+    """Where users open the job's report (JOBSCOPE_REPORT_URL, else JOBSCOPE_API_URL)."""
+    base = hook.setting("JOBSCOPE_REPORT_URL") or hook.setting("JOBSCOPE_API_URL")
+    return f"{base.rstrip('/')}/api/jobs/{urllib.parse.quote(job_id, safe='')}/report"
+
+
+def report_file_name(job_id: str) -> str:
+    """`<job id>.html` with every character but letters, digits, `_`, `+`, `-` and inner dots
+    replaced: the name stays inside the folder whatever the id holds."""
+    safe = "".join(c if c.isascii() and (c.isalnum() or c in "_+-.") else "_" for c in job_id)
+    return (safe.lstrip(".") or "_") + ".html"
+
+
+def fetch_report(hook: Hook, job_id: str, fmt: str = "html") -> bytes | None:
+    """The job's report from the API with the hook's token, or None (logged)."""
+    base = hook.setting("JOBSCOPE_API_URL").rstrip("/")
+    token = hook.setting("JOBSCOPE_TOKEN")
+    if not base or not token:
+        hook.log("JOBSCOPE_API_URL or JOBSCOPE_TOKEN not set: no report fetched")
+        return None
+    path = f"/api/jobs/{urllib.parse.quote(job_id, safe='')}/report?format={fmt}"
+    request = urllib.request.Request(
+        base + path,
+        headers={"Authorization": f"Bearer {token}", "User-Agent": f"jobscope-hook/{hook.name}"},
+    )
+    answer = _urlopen(request, REPORT_TIMEOUT_SECONDS, raw=True)
+    if answer.status != 200:
+        if isinstance(answer.body, bytes):
+            answer.body = _json_or_text(answer.body)
+        hook.report(f"GET {path}", answer)
+        return None
+    return answer.body
+
+
+def write_report_file(hook: Hook, job_id: str) -> str | None:
+    """With JOBSCOPE_REPORT_DIR: the HTML report written to `<dir>/<job id>.html` (through a
+    temporary file, so a reader never sees half a report); its path, or None."""
+    folder = hook.setting("JOBSCOPE_REPORT_DIR")
+    if not folder:
+        return None
+    body = fetch_report(hook, job_id)
+    if body is None:
+        return None
+    path = os.path.join(folder, report_file_name(job_id))
+    partial = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(partial, "wb") as handle:
+            handle.write(body)
+        os.replace(partial, path)
+    except OSError as exc:
+        hook.log(f"cannot write the report to {path}: {exc.strerror or exc}")
+        return None
+    return path
+
+
+def slurm_admin_comment(hook: Hook, slurm_id: str, text: str) -> None:
+    """`scontrol update JobId=<id> AdminComment=<text>` (slurmctld's user may set it)."""
+    command = shlex.split(hook.setting("JOBSCOPE_SCONTROL", "scontrol"))
+    argv = [*command, "update", f"JobId={slurm_id}", f"AdminComment={text}"]
+    env = dict(os.environ)
+    env.setdefault("PATH", DEFAULT_PATH)
+    try:
+        done = subprocess.run(
+            argv, env=env, capture_output=True, timeout=OARSTAT_TIMEOUT_SECONDS, check=False
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        hook.log(f"cannot run {' '.join(argv)}: {exc}")
+        return
+    if done.returncode != 0:
+        stderr = " ".join(done.stderr.decode("utf-8", "replace").split())[:300]
+        hook.log(f"{' '.join(argv)} exited {done.returncode}: {stderr}")
+
+
+def publish_report(hook: Hook, job_id: str, slurm_id: str = "") -> None:
+    """What the config asks for at job end: the report's URL as the Slurm job's AdminComment
+    (with `slurm_id`), its HTML in JOBSCOPE_REPORT_DIR."""
+    if slurm_id and hook.setting("JOBSCOPE_REPORT_ADMIN_COMMENT").lower() in ("yes", "1", "true"):
+        slurm_admin_comment(hook, slurm_id, report_url(hook, job_id))
+    write_report_file(hook, job_id)
 
 
 def _json_or_text(raw: bytes) -> Any:

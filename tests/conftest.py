@@ -75,8 +75,10 @@ def reader_client(clickhouse: StackSettings) -> Client:
 
 @pytest.fixture(scope="session")
 def api_url(clickhouse: StackSettings) -> Iterator[str]:
-    """The REST API, as a process, in front of the test ClickHouse server."""
-    services.start_api(clickhouse)
+    """The REST API, as a process, in front of the test ClickHouse server. Its job records'
+    refresher is off: an ended job's summary would otherwise change source (raw, then its
+    record) in the middle of a test; tests/api/test_job_records.py runs an API with it on."""
+    services.start_api(clickhouse, env={"JOBSCOPE_RECORDS_INTERVAL_S": "0"})
     yield clickhouse.api_url
     services.process(clickhouse, "api").stop()
 

@@ -45,6 +45,8 @@ TABLE: dict[str, tuple[int, int]] = {
     "oidc": (69, 2),  # tests/identity/: Keycloak, an API that trusts it
     "login-other-api": (71, 1),  # tests/identity/test_login.py: an API the token must not reach
     "superset-oidc": (72, 1),  # tests/superset/test_oidc_login.py: Superset logging in by OIDC
+    "report-policy": (73, 1),  # tests/api/test_report.py: an API under JOBSCOPE_READ_POLICY=jobs
+    "job-records": (74, 1),  # tests/api/test_job_records.py: an API refreshing records fast
 }
 
 

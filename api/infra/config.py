@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, SecretStr, ValidationInfo, field_validator
@@ -64,6 +65,22 @@ class ApiSettings(KafkaClientSettings):
     )
     audit_topic: str = Field(
         topics.AUDIT.name, description="reads of a job by others than its owner are recorded here"
+    )
+    records_topic: str = Field(
+        topics.JOB_RECORDS.name,
+        description="job records (api/records.py) are published here; ClickHouse stores them",
+    )
+    records_interval_s: float = Field(
+        60.0,
+        ge=0,
+        description="how often the API looks for ended, edited or late-fed jobs whose record "
+        "to compute (docs/jobs.md); 0: never (another replica does it)",
+    )
+    retention_days: int = Field(
+        90,
+        ge=1,
+        description="days raw readings are kept (the schema's JOBSCOPE_RETENTION_DAYS): a job "
+        "that started longer ago keeps the summary of its record when it is edited",
     )
     oidc_issuer: str = Field(
         "",
@@ -199,6 +216,17 @@ class ApiSettings(KafkaClientSettings):
         30.0, gt=0, description="a since= replay waits this long for ClickHouse to catch up"
     )
     default_window_s: int = Field(300, gt=0, description="start_time defaults to end_time - this")
+    metric_registry: Path = Field(
+        Path(__file__).parents[1] / "registry.yaml",
+        description="the metric registry (docs/metrics-registry.md): units, kinds, energy roles, "
+        "scales; validated at start (`python -m api.registry check FILE`)",
+    )
+    compare_max_jobs: int = Field(10, gt=1, description="jobs in one GET /api/jobs/compare")
+    note_rules: Path = Field(
+        Path(__file__).parents[1] / "notes.yaml",
+        description="the rules turning a job's footprint, silences, energy and metadata into "
+        "notes (docs/jobs.md); validated at start (`python -m api.notes check FILE`)",
+    )
     superset_url: str = Field(
         "http://127.0.0.1:8088",
         description="Superset (`make superset`): /api/metrics/dashboard redirects to it",

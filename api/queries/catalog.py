@@ -1,4 +1,5 @@
-"""What a scope holds: its devices' metrics with counts and first/last times."""
+"""What a scope holds: its devices' metrics with counts and first/last times, described by
+the metric registry."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from clickhouse_connect.driver.client import Client
 
 from api.queries import iso_sql
 from api.queries.metrics import Selection, scope_rows
+from api.registry import describe
 
 
 def catalog_query(selection: Selection) -> tuple[str, dict[str, Any]]:
@@ -22,5 +24,7 @@ def catalog_query(selection: Selection) -> tuple[str, dict[str, Any]]:
 
 
 def select_catalog(client: Client, selection: Selection) -> list[dict[str, Any]]:
+    """The scope's metrics, each with the registry's unit, kind, scope and description."""
     sql, params = catalog_query(selection)
-    return list(client.query(sql, parameters=params).named_results())
+    rows = client.query(sql, parameters=params).named_results()
+    return [{**row, **describe(row["metric_id"])} for row in rows]

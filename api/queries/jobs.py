@@ -56,27 +56,75 @@ class JobFilter:
     end: datetime | None = None
     limit: int = 1000
     visible: Condition = ALL_JOBS
+    project: str | None = None
+    severities: tuple[str, ...] | None = None
+    """Jobs whose record's worst note is one of these."""
+    note: str | None = None
+    """Jobs whose record holds a note of this rule id."""
+    sort: str = "start"
+    """One of SORTS' keys."""
+    position_metric: str | None = None
+    """The metric of `position` sorts (else the mean over the record's footprint)."""
+
+
+# From job_records (FINAL: the current version), joined on (site, job_id); a job without a
+# record has null record fields and sorts last.
+_RECORD = (
+    "SELECT site AS r_site, job_id AS r_job, energy_j AS r_energy, coverage AS r_coverage, "
+    "severity AS r_severity, notes AS r_notes, footprint AS r_footprint FROM job_records FINAL"
+)
+RECORD_COLUMNS = (
+    "if(r_job = '', NULL, r_energy) AS energy_j, if(r_job = '', NULL, r_coverage) AS coverage, "
+    "if(r_job = '', NULL, r_severity) AS severity, r_notes AS notes, "
+    "if(r_job = '' OR empty(r_footprint), NULL, arrayAvg(mapValues(r_footprint))) AS efficiency"
+)
+_POSITION = (
+    "if(r_job = '', NULL, if({position_metric:String} = '', "
+    "if(empty(r_footprint), NULL, arrayAvg(mapValues(r_footprint))), "
+    "if(mapContains(r_footprint, {position_metric:String}), "
+    "r_footprint[{position_metric:String}], NULL)))"
+)
+SORTS = {
+    "start": "start_time DESC NULLS FIRST",
+    "-start": "start_time DESC NULLS FIRST",
+    "+start": "start_time ASC NULLS LAST",
+    "energy": "energy_j ASC NULLS LAST",
+    "-energy": "energy_j DESC NULLS LAST",
+    "efficiency": f"{_POSITION} ASC NULLS LAST",
+    "-efficiency": f"{_POSITION} DESC NULLS LAST",
+}
+"""`efficiency`: the footprint's position (0 idle .. 1 peak) of `position_metric`, or the
+mean of the record's positions: least busy first; `-`: the other way."""
 
 
 def jobs_query(f: JobFilter) -> tuple[str, dict[str, Any]]:
-    """Jobs matching every given filter, newest start first. A time range selects the jobs
-    that ran during some of it (a running job runs until now)."""
+    """Jobs matching every given filter, newest start first (or as `sort` says). A time
+    range selects the jobs that ran during some of it (a running job runs until now)."""
     conditions = {
         "user": (f.user, "user = {user:String}"),
+        "project": (f.project, "project = {project:String}"),
         "site": (f.site, "site = {site:String}"),
         "state": (f.state, "state = {state:String}"),
         "node": (f.node, "has(nodes, {node:String})"),
         "start": (f.start, "coalesce(end_time, now64(6)) >= {start:DateTime64(6, 'UTC')}"),
         "end": (f.end, "start_time <= {end:DateTime64(6, 'UTC')}"),
+        "severities": (
+            list(f.severities) if f.severities is not None else None,
+            "r_job != '' AND has({severities:Array(String)}, r_severity)",
+        ),
+        "note": (f.note, "has(r_notes, {note:String})"),
     }
     where, params = [f.visible[0]], {**f.visible[1], "limit": f.limit}
+    params["position_metric"] = f.position_metric or ""
     for name, (value, condition) in conditions.items():
         if value is not None:
             where.append(condition)
             params[name] = value
     sql = (
-        f"SELECT {JOB_COLUMNS} FROM jobs WHERE {' AND '.join(where)} "
-        "ORDER BY start_time DESC NULLS FIRST, job_id LIMIT {limit:UInt32}"
+        f"SELECT {JOB_COLUMNS}, {RECORD_COLUMNS} FROM jobs "
+        f"LEFT JOIN ({_RECORD}) AS records ON site = r_site AND job_id = r_job "
+        f"WHERE {' AND '.join(where)} "
+        f"ORDER BY {SORTS[f.sort]}, job_id LIMIT {{limit:UInt32}}"
     )
     return sql, params
 

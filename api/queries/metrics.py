@@ -129,6 +129,18 @@ def _reach(s: Selection, table: str) -> str:
     return f"({own} OR {_aliased_rows(table)})" if s.aliased else own
 
 
+def reached_metrics(s: Selection, params: dict[str, Any]) -> str:
+    """SQL of the metric ids of the rows a selection reaches (its devices' and their aliased
+    devices', filters applied): one column read, for what must be known of them first."""
+    params.update(_params(s))
+    extra = "".join(f" AND {c}" for c in _filters(s, params))
+    return (
+        "SELECT DISTINCT metric_id FROM metrics WHERE metrics.timestamp BETWEEN "
+        f"{_SPAN} AND (device_id IN {{devices:Array(String)}} "
+        f"OR device_id IN {{aliased:Array(String)}}){extra}"
+    )
+
+
 def _keep_only(s: Selection, rows: str, params: dict[str, Any]) -> str:
     """The output rows of the devices in `s.only`, if any were asked for."""
     if not s.only:
@@ -156,14 +168,36 @@ def scope_rows(s: Selection, params: dict[str, Any]) -> str:
     return _keep_only(s, rows, params)
 
 
-# Counters wrap at 2^32 (SNMP Counter32) or 2^64; a decrease from the upper half of either
-# range is a wrap, any other decrease a reset (the counter restarted from 0).
+def _wraps(prev: str, bits: str) -> tuple[str, str]:
+    """Conditions under which a decrease from `prev` is a wrap at 2^32, at 2^64."""
+    return (
+        f"{bits} IN (0, 32) AND {prev} >= 2147483648 AND {prev} < 4294967296",
+        f"{bits} IN (0, 64) AND {prev} >= 9223372036854775808",
+    )
+
+
+def counter_increase(prev: str, cur: str, bits: str = "0") -> str:
+    """SQL of a counter's increase from `prev` to `cur` (SQL expressions). Counters wrap at
+    2^32 (SNMP Counter32) or 2^64; a decrease from the upper half of either range is a wrap,
+    any other decrease a reset (the counter restarted from 0: the increase is `cur`).
+    `bits`: SQL of the counter's width, 32 or 64 (only that wrap is possible), 0: unknown."""
+    wrap32, wrap64 = _wraps(prev, bits)
+    return (
+        f"multiIf({cur} >= {prev}, {cur} - {prev}, "
+        f"{wrap32}, 4294967296 - {prev} + {cur}, "
+        f"{wrap64}, 18446744073709551616 - {prev} + {cur}, {cur})"
+    )
+
+
+def counter_reset(prev: str, cur: str, bits: str = "0") -> str:
+    """SQL: whether going from `prev` to `cur` is a reset (see counter_increase)."""
+    wrap32, wrap64 = _wraps(prev, bits)
+    return f"({cur} < {prev} AND NOT ({wrap32}) AND NOT ({wrap64}))"
+
+
 _RATE = (
-    "if(n = 1 OR ts = prev_ts, NULL, multiIf("
-    "value >= prev_value, value - prev_value, "
-    "prev_value >= 2147483648 AND prev_value < 4294967296, 4294967296 - prev_value + value, "
-    "prev_value >= 9223372036854775808, 18446744073709551616 - prev_value + value, "
-    "value) / (dateDiff('microsecond', prev_ts, ts) / 1e6))"
+    f"if(n = 1 OR ts = prev_ts, NULL, {counter_increase('prev_value', 'value')} "
+    "/ (dateDiff('microsecond', prev_ts, ts) / 1e6))"
 )
 
 

@@ -4,21 +4,24 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import orjson
+from clickhouse_connect.driver.client import Client
 from fastapi import APIRouter, Body, Depends, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from api import ondemand
+from api import ondemand, records
+from api.compare import compared
 from api.deps import ClickHouseDep, ExportsDep, JobId, SettingsDep
 from api.infra.auth import Principal, Role, principal
-from api.infra.errors import Conflict, Forbidden
+from api.infra.config import ApiSettings
+from api.infra.errors import Conflict, Forbidden, ParameterError
 from api.infra.params import parse_devices, parse_time
 from api.jobs import get_job, merged, write_job
+from api.notes import SEVERITIES
 from api.queries.catalog import select_catalog
 from api.queries.jobs import JobFilter, select_jobs
-from api.queries.summary import summarise
 from api.readings import (
     READINGS_RESPONSES,
     AskedDep,
@@ -31,8 +34,10 @@ from api.schemas import (
     CatalogEntry,
     ErrorBody,
     Job,
+    JobComparison,
     JobCreate,
     JobFields,
+    JobListed,
     JobState,
     JobSummary,
     OnDemand,
@@ -45,6 +50,8 @@ from api.visibility import ViewerDep
 
 router = APIRouter(prefix="/api/jobs", tags=["jobs"])
 
+Severity = Literal["info", "warning", "alert"]
+JobSort = Literal["start", "+start", "-start", "energy", "-energy", "efficiency", "-efficiency"]
 Writer = Annotated[Principal, Depends(principal(Role.SCHEDULER))]
 Activator = Annotated[Principal, Depends(principal(Role.SCHEDULER, Role.PUSHER))]
 """On-demand metrics: the scheduler, or a pusher for the jobs of its own user."""
@@ -143,28 +150,55 @@ def patch_job(
 @router.get(
     "",
     operation_id="list_jobs",
-    response_model=list[Job],
+    response_model=list[JobListed],
     responses={400: {"model": ErrorBody}},
-    summary="Jobs, filtered",
+    summary="Jobs, filtered and sorted (also by their records' energy, notes and footprint)",
 )
 def list_jobs(
     clickhouse: ClickHouseDep,
     viewer: ViewerDep,
     user: Annotated[str | None, Query(examples=["alice"])] = None,
+    project: Annotated[str | None, Query(description="jobs of this project")] = None,
     site: Annotated[str | None, Query(description="jobs of this site", examples=["nancy"])] = None,
     state: Annotated[JobState | None, Query()] = None,
     node: Annotated[str | None, Query(description="jobs that ran on this node")] = None,
     start_time: Annotated[str | None, Query(description="jobs running at or after this")] = None,
     end_time: Annotated[str | None, Query(description="jobs started at or before this")] = None,
+    severity: Annotated[
+        Severity | None,
+        Query(description="recorded jobs whose worst note is this severity or worse"),
+    ] = None,
+    note: Annotated[
+        str | None,
+        Query(description="recorded jobs with a note of this rule", examples=["node-power-idle"]),
+    ] = None,
+    sort: Annotated[
+        JobSort,
+        Query(
+            description="start (newest first, the default), +start, energy, -energy (most "
+            "first), efficiency (least busy first: the footprint's position, 0 idle .. 1 "
+            "peak), -efficiency; jobs without a record last"
+        ),
+    ] = "start",
+    position_metric: Annotated[
+        str | None,
+        Query(
+            description="the metric whose footprint position `efficiency` sorts by (default "
+            "the mean of the job's positions)",
+            examples=["bmc_power_watt"],
+        ),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=100_000)] = 1000,
-) -> list[Job]:
+) -> Response:
     """Newest first; a time range keeps the jobs that ran during some of it. Only the jobs
-    the read policy lets the caller see."""
+    the read policy lets the caller see. `severity`, `note` and the energy and efficiency
+    sorts read the jobs' records (ended jobs, docs/jobs.md)."""
     node_id = parse_devices("node", node)[0] if node is not None else None
     rows = select_jobs(
         clickhouse,
         JobFilter(
             user=user,
+            project=project,
             site=site,
             state=state.value if state else None,
             node=node_id,
@@ -172,9 +206,52 @@ def list_jobs(
             end=parse_time("end_time", end_time),
             limit=limit,
             visible=viewer.jobs_condition(),
+            severities=SEVERITIES[SEVERITIES.index(severity) :] if severity else None,
+            note=note,
+            sort=sort,
+            position_metric=position_metric,
         ),
     )
-    return [Job(**row) for row in rows]
+    listed = [JobListed(**row).model_dump() for row in rows]
+    return Response(orjson.dumps(listed), media_type="application/json")
+
+
+@router.get(
+    "/compare",
+    operation_id="compare_jobs",
+    response_model=JobComparison,
+    responses={400: {"model": ErrorBody}, 404: {"model": ErrorBody}},
+    summary="Jobs side by side: energy, footprint, metrics and notes, with differences",
+)
+def compare_jobs(
+    clickhouse: ClickHouseDep,
+    settings: SettingsDep,
+    viewer: ViewerDep,
+    ids: Annotated[
+        str,
+        Query(description="comma-separated job ids, the first the reference", examples=["41,42"]),
+    ],
+    site: SiteQuery = None,
+) -> Response:
+    """Each job as its summary has it (404 for a job unknown or not visible to the caller,
+    as for one job), and each figure's difference to the first job's."""
+    job_ids = [part.strip() for part in ids.split(",")]
+    if len(job_ids) < 2 or "" in job_ids:
+        raise ParameterError("ids", "at least two comma-separated job ids, none empty")
+    if len(job_ids) > settings.compare_max_jobs:
+        raise ParameterError(
+            "ids", f"at most {settings.compare_max_jobs} jobs (JOBSCOPE_COMPARE_MAX_JOBS)"
+        )
+    jobs = [viewer.job(clickhouse, job_id, site) for job_id in job_ids]
+    pairs = [(job.model_dump(), _summary(clickhouse, settings, job)) for job in jobs]
+    return Response(orjson.dumps(compared(pairs)), media_type="application/json")
+
+
+def _summary(clickhouse: Client, settings: ApiSettings, job: Job) -> dict[str, Any]:
+    """A job's whole summary as GET /api/jobs/{id}/summary answers it (its record once
+    ended), with its footprint and notes."""
+    selection = with_aliases(clickhouse, job_selection(job, EVERYTHING))
+    return records.served(clickhouse, settings, job, EVERYTHING, selection)
 
 
 @router.get(
@@ -209,13 +286,25 @@ def get_job_metrics(
         str | None,
         Query(description="keep these devices of the scope (nodes or measuring devices)"),
     ] = None,
+    measuring: Annotated[
+        bool,
+        Query(
+            description="also the measuring devices' own readings (PDU outlets, wattmeters, "
+            "switch ports labelled `_device_alias=<node>`) under their own ids; naming one in "
+            "`devices` implies it"
+        ),
+    ] = False,
 ) -> StreamingResponse:
-    """The job's nodes, and the devices labelled `_device_alias=<node>` for them (under their
-    own id and summed under the node's), over [start, end] of the job (end = now while it
-    runs). start_time and end_time narrow that span, never widen it."""
+    """The job's nodes over [start, end] of the job (end = now while it runs), the devices
+    labelled `_device_alias=<node>` summed under the node's id (`_device_orig` lists them),
+    as Kwollect answers; with `measuring=true` those devices' own readings too. start_time
+    and end_time narrow that span, never widen it."""
     asked = replace(query.asked, devices=parse_devices("devices", devices))
     check_devices("devices", asked.devices, settings)
-    selection = job_selection(viewer.job(clickhouse, job_id, asked.site), asked)
+    job = viewer.job(clickhouse, job_id, asked.site)
+    selection = job_selection(job, asked)
+    if selection is not None and not (measuring or set(asked.devices) - set(job.nodes)):
+        selection = replace(selection, measured=False)
     return respond(clickhouse, settings, exports, query, selection, f"job-{job_id}")
 
 
@@ -227,14 +316,24 @@ def get_job_metrics(
     summary="Per node and metric statistics, and energy, of a job",
 )
 def get_job_summary(
-    clickhouse: ClickHouseDep, viewer: ViewerDep, asked: AskedDep, job_id: JobId
+    clickhouse: ClickHouseDep,
+    settings: SettingsDep,
+    viewer: ViewerDep,
+    asked: AskedDep,
+    job_id: JobId,
 ) -> Response:
-    """min, avg, max, last and count per device and metric of the scope; for every power
-    metric (`_watt`) the energy in joules: the trapezoidal integral of power over the job,
-    per node and source, not bridging gaps longer than 3 sampling periods (`covered_s` says
-    how much of the job the integral covers), and its total over the nodes per source."""
+    """min, avg, max, last, count and p95 (gauges), or delta and rate (counters, wraps and
+    resets read as `as_rate` does) per device and metric of the scope, with the registry's
+    unit and kind; for every power metric (unit W) the energy in joules: the trapezoidal
+    integral of power over the job, per node and source, not bridging gaps longer than 3
+    sampling periods (`covered_s` says how much of the job the integral covers), and energy
+    counters' increase; per node its preferred source (the registry's energy_priority) and
+    the spread between its sources; the job's energy. An ended job's whole summary comes from
+    its record once computed (`record.source`: record or raw; docs/jobs.md), also after its
+    raw readings expired."""
     job = viewer.job(clickhouse, job_id, asked.site)
-    summary = summarise(clickhouse, job, with_aliases(clickhouse, job_selection(job, asked)))
+    selection = with_aliases(clickhouse, job_selection(job, asked))
+    summary = records.served(clickhouse, settings, job, asked, selection)
     return Response(orjson.dumps(summary), media_type="application/json")
 
 

@@ -18,6 +18,7 @@ from api.queries.catalog import select_catalog
 from api.queries.devices import select_recent_metrics
 from api.queries.metrics import Selection
 from api.readings import READINGS_RESPONSES, check_devices, get_metrics
+from api.registry import describe
 from api.schemas import AvailableMetric, ErrorBody, Reading
 from api.scope import job_span, now, with_aliases
 from api.visibility import OUTSIDE_JOBS, ViewerDep
@@ -91,4 +92,9 @@ def available_metrics(
     else:
         window = Selection(tuple(devices), until - AVAILABLE_WINDOW, until)
         rows = select_catalog(clickhouse, with_aliases(clickhouse, window))
-    return [AvailableMetric(device_id=r["device_id"], metric_id=r["metric_id"]) for r in rows]
+    return [
+        AvailableMetric(
+            device_id=r["device_id"], metric_id=r["metric_id"], **describe(r["metric_id"])
+        )
+        for r in rows
+    ]

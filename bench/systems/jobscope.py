@@ -13,7 +13,7 @@ Measured here, beyond the common figures:
   with current timestamps), how long a reading takes from produce to queryable.
 - the job API (bench/systems/jobscope_api.py): a job of ~1 M readings in every format, through
   the API and straight from ClickHouse, its summary, a 1-minute step over the whole data set,
-  the API's memory while it exports a large job.
+  the API's memory while it exports a large job, the report of a 100-node, 24-hour job.
 - `drain_variants` (RowBinary, readings per message) and `format_variants` (RowBinary,
   JSONEachRow, CSV, a row per reading through a bare Kafka table).
 
@@ -562,7 +562,8 @@ class Jobscope(System):
         """The job API's figures (bench/systems/jobscope_api.py), on the API started here."""
         assert self.reader is not None
         services.start_api(self.settings)
-        return jobscope_api.measure(self.settings, self.reader, data, quick)
+        assert self.admin is not None
+        return jobscope_api.measure(self.settings, self.admin, self.reader, data, quick)
 
     def _floor(self) -> dict[str, Any]:
         """`query_floor_s`: the median of a one-row query (`SELECT 1`) as the query shapes

@@ -16,6 +16,13 @@ bench's own data (past dates: the bench keeps 10 years of readings), then:
 - `api_export_peak_rss_mb`: the API process's resident memory (VmRSS, sampled every 20 ms)
   while it exports a large job (10 M readings full, the whole quick data set) as NDJSON to
   a client that counts the rows and discards the bytes.
+- `report_100_nodes_24h_s`: `GET /api/jobs/{id}/report?format=html` of a job of 100 nodes
+  over 24 hours (bench/systems/jobscope_report.py: ~2.9 M readings of two power sources and
+  four key metrics, inserted after the step figure so that no timed part before shares the
+  machine with its insert or its rollups' refresh), once the rollups' refresh has computed
+  its minutes as a running stack would have; median of the runs (best beside it), the
+  answer checked (a whole HTML report, its energy the PDU's, as the site's priority wants,
+  within 1% of the bench's own integral). `report_100_nodes_24h_pdf_s`: the same as PDF.
 """
 
 from __future__ import annotations
@@ -24,15 +31,18 @@ import io
 import json
 import logging
 import math
+import re
 import statistics
 import threading
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
+import orjson
 import pyarrow.ipc
 import pyarrow.parquet
 from clickhouse_connect.driver.client import Client
@@ -41,11 +51,14 @@ from api import formats as api_formats
 from api.jobs import get_job
 from api.queries.metrics import projected, scope_rows, stepped_rows
 from api.queries.summary import summarise
-from api.scope import EVERYTHING, job_selection
+from api.report.text import energy_text
+from api.scope import EVERYTHING, job_selection, with_aliases
 from bench.dataset import US, Dataset, utc
 from bench.profiles import FULL, QUICK
+from bench.systems import jobscope_report
 from stack import secrets, services
 from stack.config import StackSettings
+from stack.processes import wait_until
 
 log = logging.getLogger("bench.jobscope")
 
@@ -61,6 +74,11 @@ READ_BLOCK = 1 << 20
 TIMEOUT = 900.0
 LIMIT_S = {True: 60.0, False: 300.0}  # one API fetch is abandoned after this (quick, full)
 JOB_VISIBLE_S = 60.0  # a job answered 202 must be readable within this
+# The rollups' refresh takes the buckets noted before the current minute (less 10 s), every
+# 10 s: readings inserted now are rolled up within 80 s.
+ROLLED_UP_S = 150.0
+MERGES_S = 60.0  # the insert's parts merged before anything is timed
+ENERGY_TOLERANCE = 0.01  # the report's energy vs the bench's integral of the PDU readings
 
 # Newlines of a body that are not rows: JSON's array ("[{..},\n...{..}\n]\n"), CSV's header.
 EXTRA_NEWLINES = {"json": 1, "ndjson": 0, "csv": 1}
@@ -69,6 +87,7 @@ GOALS = {
     "api_1m_overhead_ratio": 1.2,
     "api_summary_1m_readings_s": 0.3,
     "api_step_1m_s": 0.05,
+    "report_100_nodes_24h_s": 2.0,
 }
 
 
@@ -76,9 +95,12 @@ class Abandoned(Exception):
     """A fetch that took longer than the run allows."""
 
 
-def measure(settings: StackSettings, reader: Client, data: Dataset, quick: bool) -> dict[str, Any]:
+def measure(
+    settings: StackSettings, admin: Client, reader: Client, data: Dataset, quick: bool
+) -> dict[str, Any]:
     """Every figure above; the API must be running. A part that fails is recorded under
-    `failed_measurements` (`api.<part>`), the others still run."""
+    `failed_measurements` (`api.<part>`), the others still run. `admin` inserts the report's
+    data (`reader`, the API's read-only user, reads)."""
     spec = data.spec
     repeats = (QUICK if quick else FULL).repeats
     limit_s = LIMIT_S[quick]
@@ -116,6 +138,7 @@ def measure(settings: StackSettings, reader: Client, data: Dataset, quick: bool)
         part("devices", lambda: _devices_endpoint(http, job, limit_s))
         part("summary", lambda: _summary(http, reader, job, repeats, limit_s))
         part("step", lambda: _step(http, reader, whole, repeats, limit_s))
+        part("report_data", lambda: _report_data(http, admin, token))
         pid = services.process(settings, "api").pid()
         part("export", lambda: _export(http, export, pid))
         if "api.export" in failed and len(export.devices) > FALLBACK_EXPORT_DEVICES:
@@ -135,10 +158,27 @@ def measure(settings: StackSettings, reader: Client, data: Dataset, quick: bool)
                 f"({len(small.devices)} devices)"
             )
             part("export_fallback", lambda: {**_export(http, small, pid), "api_export_note": note})
+        if "api.report_data" not in failed:
+            part("report", lambda: _report(http, admin, reader, repeats, limit_s))
     out["api_goals"] = GOALS
     if failed:
         out["failed_measurements"] = failed
     return out
+
+
+def create_job(http: _Http, token: str, document: dict[str, Any]) -> float:
+    """POST a job; wait until it can be read when answered 202. Seconds until readable."""
+    began = time.monotonic()
+    r = http.post("/api/jobs", json=document, headers={"Authorization": f"Bearer {token}"})
+    http.check(r)
+    visible = r.status_code == 201
+    while not visible:  # 202: in Kafka, not yet in ClickHouse
+        if time.monotonic() - began > JOB_VISIBLE_S:
+            raise TimeoutError(f"job {document['job_id']} not readable after {JOB_VISIBLE_S:.0f} s")
+        time.sleep(0.1)
+        r = http.get(f"/api/jobs/{document['job_id']}")
+        visible = r.status_code == 200 and len(r.json()["nodes"]) == len(document["nodes"])
+    return time.monotonic() - began
 
 
 class _Job:
@@ -173,22 +213,12 @@ class _Job:
             "end": utc(self.end_us - 1).isoformat(),
             "state": "terminated",
         }
-        began = time.monotonic()
-        r = http.post("/api/jobs", json=document, headers={"Authorization": f"Bearer {token}"})
-        http.check(r)
-        visible = r.status_code == 201
-        while not visible:  # 202: in Kafka, not yet in ClickHouse
-            if time.monotonic() - began > JOB_VISIBLE_S:
-                raise TimeoutError(f"job {self.job_id} not readable after {JOB_VISIBLE_S:.0f} s")
-            time.sleep(0.1)
-            r = http.get(f"/api/jobs/{self.job_id}")
-            visible = r.status_code == 200 and len(r.json()["nodes"]) == len(self.nodes)
         log.info(
             "jobscope: API, job %s: %d devices, %s readings, readable in %.2f s",
             self.job_id,
             len(self.nodes),
             f"{self.readings:,}",
-            time.monotonic() - began,
+            create_job(http, token, document),
         )
 
 
@@ -400,6 +430,172 @@ def _export(http: _Http, job: _Job, pid: int | None) -> dict[str, Any]:
         "api_export_s": seconds,
         "api_export_rss_samples": len(samples),
     }
+
+
+def _report_data(http: _Http, admin: Client, token: str) -> dict[str, Any]:
+    """The report's job and its readings (jobscope_report.py), inserted by the server; their
+    parts merged before the next part is timed."""
+    began = time.perf_counter()
+    for series in jobscope_report.SERIES:
+        sql, params = jobscope_report.insert_sql(series)
+        admin.command(sql, parameters=params)
+    seconds = time.perf_counter() - began
+    inserted = _count(admin, "metrics", "count()")
+    _check("the report's insert", inserted, jobscope_report.readings())
+    create_job(http, token, jobscope_report.job_document())
+    try:
+        wait_until(
+            lambda: _count(admin, "system.merges", "count()", "table = 'metrics'") == 0,
+            MERGES_S,
+            "the report data's merges",
+            interval=0.5,
+        )
+    except TimeoutError as exc:  # the figures after it are still taken
+        log.warning("jobscope: API, %s", exc)
+    log.info("jobscope: API, report data: %s readings inserted in %.2f s", f"{inserted:,}", seconds)
+    return {"report_readings_inserted": inserted, "report_insert_s": seconds}
+
+
+def _report(
+    http: _Http, admin: Client, reader: Client, repeats: int, limit_s: float
+) -> dict[str, Any]:
+    """The 100-node, 24-hour job's report as HTML and as PDF, once the rollups hold its
+    minutes (no bucket of its devices pending); every answer checked. Beside it (where the
+    time goes), the API's `summarise` of the job called once in this process."""
+    began = time.monotonic()
+    inserted = jobscope_report.readings()
+    wait_until(
+        lambda: (
+            _count(admin, "rollup_pending_1m", "count()") == 0
+            and _count(admin, "metrics_1m FINAL", "sum(count)") == inserted
+        ),
+        ROLLED_UP_S,
+        "the report data in the 1-minute rollup",
+        interval=1.0,
+    )
+    waited = time.monotonic() - began
+    expected = _pdu_energy(admin)
+    path = f"/api/jobs/{jobscope_report.JOB_ID}/report"
+    _, body = _get(http, path, {"format": "json"}, limit_s)
+    report = orjson.loads(b"".join(body))
+    joules = _check_report(report, expected)
+    html, pdf = [], []
+    sizes = {}
+    for _ in range(repeats):
+        seconds, body = _get(http, path, {"format": "html"}, limit_s)
+        _check_html(b"".join(body).decode(), joules, len(report["plots"]))
+        html.append(seconds)
+        sizes["html"] = sum(map(len, body))
+    for _ in range(repeats):
+        seconds, body = _get(http, path, {"format": "pdf"}, limit_s)
+        document = b"".join(body)
+        if not document.startswith(b"%PDF-") or b"%%EOF" not in document[-1024:]:
+            raise RuntimeError(f"the report as PDF is not a whole PDF ({len(document):,} bytes)")
+        pdf.append(seconds)
+        sizes["pdf"] = len(document)
+    in_job = report["summary"].get("metrics", [])
+    stored = get_job(reader, jobscope_report.JOB_ID)
+    began = time.perf_counter()
+    summarise(reader, stored, with_aliases(reader, job_selection(stored, EVERYTHING)))
+    summarise_s = time.perf_counter() - began
+    log.info(
+        "jobscope: API, report of %d nodes x 24 h: HTML %.3f s (best %.3f), PDF %.3f s "
+        "(best %.3f); summarise in-process %.3f s; rollups waited for %.1f s",
+        jobscope_report.NODES,
+        statistics.median(html),
+        min(html),
+        statistics.median(pdf),
+        min(pdf),
+        summarise_s,
+        waited,
+    )
+    return {
+        "report_100_nodes_24h_s": statistics.median(html),
+        "report_100_nodes_24h_best_s": min(html),
+        "report_100_nodes_24h_runs": html,
+        "report_100_nodes_24h_pdf_s": statistics.median(pdf),
+        "report_100_nodes_24h_pdf_best_s": min(pdf),
+        "report_100_nodes_24h_pdf_runs": pdf,
+        "report_html_bytes": sizes["html"],
+        "report_pdf_bytes": sizes["pdf"],
+        "report_plots": len(report["plots"]),
+        "report_step_s": report.get("step_s"),
+        "report_job_readings": _count(admin, "metrics", "count()", _IN_JOB),
+        "report_summary_count": sum(m["count"] for m in in_job),
+        "report_series": len(in_job),
+        "report_summarise_direct_s": summarise_s,
+        "report_energy_j": joules,
+        "report_energy_expected_j": expected,
+        "report_rollup_wait_s": waited,
+    }
+
+
+_IN_JOB = (
+    "device_id IN {devices:Array(String)} AND timestamp BETWEEN {start:DateTime64(6, 'UTC')} "
+    "AND {end:DateTime64(6, 'UTC')}"
+)
+
+
+def _count(admin: Client, table: str, what: str, where: str | None = None) -> int:
+    """`what` (count() or sum(count)) of `table`'s rows of the report's devices (or `where`)."""
+    condition = where or "device_id IN {devices:Array(String)}"
+    start = jobscope_report.JOB_START
+    end = start + timedelta(seconds=jobscope_report.JOB_S, microseconds=-1)
+    value = admin.command(
+        f"SELECT {what} FROM {table} WHERE {condition}",
+        parameters={"devices": jobscope_report.devices(), "start": start, "end": end},
+    )
+    return int(value)  # type: ignore[arg-type]
+
+
+def _pdu_energy(admin: Client) -> float:
+    """The job's energy by its PDU outlets, as the bench reckons it: per node, the mean of its
+    outlet's readings during the job times the job's length (they are evenly spaced)."""
+    start = jobscope_report.JOB_START
+    value = admin.command(
+        "SELECT sum(mean) FROM (SELECT labels['_device_alias'] AS node, avg(value) AS mean "
+        "FROM metrics WHERE device_id IN {pdus:Array(String)} AND metric_id = {metric:String} "
+        "AND timestamp BETWEEN {start:DateTime64(6, 'UTC')} AND {end:DateTime64(6, 'UTC')} "
+        "GROUP BY node)",
+        parameters={
+            "pdus": jobscope_report.pdus(),
+            "metric": "pdu_outlet_power_watt",
+            "start": start,
+            "end": start + timedelta(seconds=jobscope_report.JOB_S, microseconds=-1),
+        },
+    )
+    return float(value) * jobscope_report.JOB_S  # type: ignore[arg-type]
+
+
+def _check_report(report: dict[str, Any], expected: float) -> float:
+    """The report's energy (that of the PDU outlets, first of the site's priority among the
+    job's sources, close to the bench's own figure) and a plot of each metric; its joules."""
+    energy = report.get("energy") or {}
+    joules = energy.get("joules")
+    if energy.get("role") != "pdu" or joules is None:
+        raise RuntimeError(f"the report's energy is not the PDU outlets': {energy}")
+    if abs(joules - expected) > ENERGY_TOLERANCE * expected:
+        raise RuntimeError(f"the report's energy is {joules:,.0f} J, the PDUs' {expected:,.0f} J")
+    plotted = {p.get("metric_id") for p in report.get("plots", [])}
+    missing = {s.metric_id for s in jobscope_report.SERIES} - plotted
+    if missing:
+        raise RuntimeError(f"the report has no plot of {sorted(missing)}")
+    return float(joules)
+
+
+_ENERGY_LINE = re.compile(r'id="job-energy">job energy: ([\d,]+) J')
+
+
+def _check_html(text: str, joules: float, plots: int) -> None:
+    """A whole HTML report: its energy line with the JSON's figure, an SVG per plot."""
+    found = _ENERGY_LINE.search(text)
+    if not text.rstrip().endswith("</html>") or found is None:
+        raise RuntimeError(f"the report as HTML has no energy line or no end ({len(text):,} chars)")
+    shown = int(found.group(1).replace(",", ""))
+    if abs(shown - joules) > 1 + 1e-6 * joules:
+        raise RuntimeError(f"the HTML report shows {shown:,} J, its JSON {energy_text(joules)}")
+    if text.count("<svg") < plots:
+        raise RuntimeError(f"the HTML report has {text.count('<svg')} plots, not {plots}")
 
 
 # -- helpers -----------------------------------------------------------------------------

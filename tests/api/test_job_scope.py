@@ -95,7 +95,7 @@ def test_job_stored_with_expanded_nodes(api_url: str, scene: Scene) -> None:
 
 
 def test_scope_is_nodes_and_time_inclusive(api_url: str, scene: Scene) -> None:
-    got = readings(api_url, scene)
+    got = readings(api_url, scene, measuring="true")
     devices = {r["device_id"] for r in got}
     assert devices == {scene.node1, scene.node2, scene.pdu}  # never node3
     edges = [(r["timestamp"], r["value"]) for r in got if r["metric_id"] == "edge_watt"]
@@ -110,7 +110,7 @@ def test_scope_is_nodes_and_time_inclusive(api_url: str, scene: Scene) -> None:
 def test_aliased_devices_under_their_id_and_summed_under_the_node(
     api_url: str, scene: Scene
 ) -> None:
-    got = readings(api_url, scene, metrics="pdu_*")
+    got = readings(api_url, scene, metrics="pdu_*", measuring="true")
     own = [r for r in got if r["device_id"] == scene.pdu]
     assert {r["labels"]["outlet"] for r in own} == {"1", "2"}  # outlet 3 powers node3
     assert len(own) == 2 * 61
@@ -118,7 +118,7 @@ def test_aliased_devices_under_their_id_and_summed_under_the_node(
     summed = [r for r in got if r["device_id"] == scene.node2]
     assert len(summed) == 61
     assert {r["value"] for r in summed} == {250.0}  # both PSUs' outlets, at each instant
-    assert summed[0]["labels"] == {"source": "pdu", "_device_orig": scene.pdu}
+    assert summed[0]["labels"] == {"source": "pdu", "_device_orig": [scene.pdu]}
 
 
 def test_kwollect_query_by_job_id(api_url: str, scene: Scene) -> None:
@@ -139,9 +139,9 @@ def test_kwollect_query_by_job_id(api_url: str, scene: Scene) -> None:
 
 def test_label_filter(api_url: str, scene: Scene) -> None:
     """Labels select readings before aliased ones are summed under their node."""
-    got = readings(api_url, scene, label="outlet=2")
+    got = readings(api_url, scene, label="outlet=2", measuring="true")
     assert {(r["device_id"], r["value"]) for r in got} == {(scene.pdu, 150.0), (scene.node2, 150.0)}
-    assert readings(api_url, scene, label=["outlet=2", "source=nope"]) == []
+    assert readings(api_url, scene, label=["outlet=2", "source=nope"], measuring="true") == []
 
 
 @pytest.mark.parametrize("fmt", ["json", "ndjson", "csv", "parquet", "arrow"])
@@ -229,6 +229,11 @@ def test_catalog(api_url: str, scene: Scene) -> None:
         "count": 61,
         "first": iso(START),
         "last": iso(END),
+        "unit": "Cel",
+        "kind": "gauge",
+        "scope": "device",
+        "description": "no registry entry: unit and kind inferred from the name",
+        "inferred": True,
     }
 
 
@@ -261,9 +266,9 @@ def test_kwollect_rpc_paths(api_url: str, scene: Scene) -> None:
     by_devices = get(
         api_url, "/rpc/available_metrics", at=at, params=f'{{"devices": ["{scene.node3}"]}}'
     ).json()
-    assert by_devices == [  # outlet 3 of the PDU powers node3
-        {"device_id": scene.node3, "metric_id": "pdu_outlet_power_watt"},
-        {"device_id": scene.node3, "metric_id": "temp_celsius"},
+    assert [(a["device_id"], a["metric_id"], a["unit"]) for a in by_devices] == [
+        (scene.node3, "pdu_outlet_power_watt", "W"),  # outlet 3 of the PDU powers node3
+        (scene.node3, "temp_celsius", "Cel"),
     ]
     bad = get(api_url, "/rpc/available_metrics", params="{not json")
     assert bad.status_code == 400 and bad.json()["parameter"] == "params"

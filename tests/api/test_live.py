@@ -246,7 +246,8 @@ def test_unknown_job_and_bad_parameters_are_errors(api_url: str) -> None:
 
 @pytest.fixture
 def small_api(clickhouse: StackSettings, tmp_path: Path) -> Iterator[tuple[str, ManagedProcess]]:
-    """A second API process whose live streams hold at most 1 MiB and wait 3 s for a client."""
+    """A second API process whose live streams hold at most 4 MiB and wait 10 s for a client: a
+    third of the test's 12 MB, so a good client that a loaded machine starves a moment stays."""
     port = free_port()
     proc = services.process(clickhouse, f"api-live-{port}")
     proc.start(
@@ -254,8 +255,8 @@ def small_api(clickhouse: StackSettings, tmp_path: Path) -> Iterator[tuple[str, 
         env={
             **services.component_env(clickhouse),
             "JOBSCOPE_API_PORT": str(port),
-            "JOBSCOPE_LIVE_BUFFER_BYTES": str(1 << 20),
-            "JOBSCOPE_LIVE_SEND_TIMEOUT_S": "3",
+            "JOBSCOPE_LIVE_BUFFER_BYTES": str(4 << 20),
+            "JOBSCOPE_LIVE_SEND_TIMEOUT_S": "10",
         },
         cwd=REPO_ROOT,
         ports=[("127.0.0.1", port)],
@@ -294,7 +295,7 @@ def test_a_client_that_stops_reading_is_dropped_and_the_other_gets_everything(
     good.wait(lambda: "live" in good.names(), 30, "the other stream to be live")
 
     # 12 MB of events at 10,000 readings/s: more than the slow client's socket buffers and
-    # its 1 MiB hold, well within what the good client takes
+    # its 4 MiB hold, well within what the good client takes
     batches, per_batch = 300, 100
     label = {"padding": "x" * 300}
     base = now_us()

@@ -1,0 +1,209 @@
+"""Job records: a job's summary (with its energy, footprint and notes) computed once it has
+ended and kept for ever in ClickHouse's `job_records` (clickhouse/migrations/0024), so that
+the job answers the same after its raw readings expired.
+
+- Computed by a refresher in the API process (`JOBSCOPE_RECORDS_INTERVAL_S`; 0: off) for
+  every ended job (terminated or error, with an end time) without a record, again when the
+  job was edited after its record (jobs.updated_at) or when readings of its scope were
+  stored after it (api/queries/records.py says how that is known).
+- Published to the `job-records` topic (the API's ClickHouse user is read-only), which
+  ClickHouse consumes. A record's version is the newest of the job's `updated_at` and of its
+  readings' ingest time: API replicas computing the same record write the same version, and
+  `FINAL` keeps one row per job.
+- A job that started longer ago than raw retention (`JOBSCOPE_RETENTION_DAYS`) is never
+  recomputed from raw readings: an edit of it updates its record's metadata only.
+- Served by GET /api/jobs/{id}/summary when the job has ended, the record is current (not
+  older than the job's last edit, no reading stored after it) and the request is the whole
+  summary (no metrics, devices, labels or times asked: those are computed from raw readings).
+  A job whose raw readings expired is served from its record whatever it asks.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any
+
+import orjson
+from clickhouse_connect.driver.client import Client
+
+from api.infra.clickhouse import ClickHouseProvider
+from api.infra.config import ApiSettings
+from api.infra.kafka import KafkaPublisher, KafkaUnavailable
+from api.infra.params import iso, to_time
+from api.jobs import get_job
+from api.queries import records as queries
+from api.queries.metrics import Selection
+from api.queries.summary import summarise
+from api.schemas import Job, JobState
+from api.scope import EVERYTHING, Asked, job_selection, now, with_aliases
+
+log = logging.getLogger("jobscope.api.records")
+
+NOTES_KEPT = timedelta(days=7)
+"""How long ClickHouse keeps the ingest notes of readings (rollup_pending's TTL)."""
+SEVERITIES = ("", "info", "warning", "alert")
+_EPOCH = datetime(1970, 1, 1)
+
+
+def ended(job: Job) -> bool:
+    """A job whose record may be computed: over, with its end time known."""
+    return job.end is not None and job.state in (JobState.TERMINATED, JobState.ERROR)
+
+
+def raw_expired(job: Job, settings: ApiSettings) -> bool:
+    """Whether some of the job's raw readings are past retention."""
+    start = to_time(job.start) if job.start else None
+    return start is not None and start < now() - timedelta(days=settings.retention_days)
+
+
+def annotated(client: Client, job: Job, selection: Selection | None) -> dict[str, Any]:
+    """The summary from raw readings, with footprint and notes when api/footprint.py is
+    there (it adds them in place)."""
+    summary = summarise(client, job, selection)
+    try:
+        from api.footprint import annotate
+    except ImportError:  # the footprint part is optional: empty lists then
+        return summary
+    annotate(client, job, selection, summary)
+    return summary
+
+
+def served(
+    client: Client, settings: ApiSettings, job: Job, asked: Asked, selection: Selection | None
+) -> dict[str, Any]:
+    """The answer of GET /api/jobs/{id}/summary: from the job's record when it may answer
+    (see the module's docstring), else from raw readings; `record` says which."""
+    expired = raw_expired(job, settings)
+    whole = replace(asked, site=None) == EVERYTHING
+    if ended(job) and (whole or expired):
+        found = queries.select_record(client, job.site, job.job_id)
+        current = found is not None and not found["late"]
+        if current and found is not None:
+            current = _naive(found["job_updated_at"]) >= to_time(job.updated_at)
+        if found is not None and (current or expired):
+            summary = orjson.loads(found["summary"])
+            summary["record"] = {
+                "computed_at": iso(_naive(found["computed_at"])),
+                "source": "record",
+                "version": found["version"],
+            }
+            return summary
+    summary = annotated(client, job, selection)
+    summary["record"] = {"computed_at": None, "source": "raw", "version": None}
+    return summary
+
+
+def _naive(t: datetime) -> datetime:
+    """A time as ClickHouse returns it (maybe with its UTC zone), as naive UTC."""
+    return t.replace(tzinfo=None)
+
+
+def _micros(t: datetime) -> int:
+    return (t - _EPOCH) // timedelta(microseconds=1)
+
+
+def compute(client: Client, settings: ApiSettings, job: Job) -> dict[str, Any]:
+    """The record of an ended job: its columns, `summary` the JSON of its whole summary."""
+    previous = queries.previous_record(client, job.site, job.job_id)
+    selection = with_aliases(client, job_selection(job, EVERYTHING))
+    devices = sorted({*job.nodes, *(selection.aliased if selection else ())})
+    start, end = to_time(job.start or job.end or ""), to_time(job.end or "")
+    updated = to_time(job.updated_at)
+    if previous is not None and raw_expired(job, settings):
+        summary = orjson.loads(previous["summary"])
+        received = _naive(previous["last_received"])
+        devices = previous["devices"]
+    else:
+        received = queries.newest_note(client, devices, start, end) or _EPOCH
+        if previous is not None:
+            received = max(received, _naive(previous["last_received"]))
+        summary = annotated(client, job, selection)
+        summary["record"] = None
+    energy = summary.get("energy_job") or {}
+    notes = summary.get("notes") or []
+    severity = max((n.get("severity", "") for n in notes), key=SEVERITIES.index, default="")
+    return {
+        "site": job.site,
+        "job_id": job.job_id,
+        "user": job.user or "",
+        "project": job.project or "",
+        "start_time": iso(start),
+        "end_time": iso(end),
+        "nodes": job.nodes,
+        "devices": devices,
+        "version": max(_micros(updated), _micros(received)),
+        "job_updated_at": iso(updated),
+        "computed_at": iso(now()),
+        "last_received": iso(received),
+        "energy_j": energy.get("joules") or 0.0,
+        "energy_role": energy.get("role") or "",
+        "coverage": energy.get("coverage") or 0.0,
+        "notes": [n["id"] for n in notes],
+        "severity": severity,
+        "footprint": {
+            f["metric_id"]: f["position"]
+            for f in summary.get("footprint") or []
+            if f.get("position") is not None
+        },
+        "summary": orjson.dumps(summary).decode(),
+    }
+
+
+class Refresher:
+    """Computes the records due, every `records_interval_s`, in a thread of its own."""
+
+    def __init__(
+        self, clickhouse: ClickHouseProvider, kafka: KafkaPublisher, settings: ApiSettings
+    ) -> None:
+        self.clickhouse, self.kafka, self.settings = clickhouse, kafka, settings
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="job-records", daemon=True)
+        # published but maybe not stored yet: (site, job_id) -> (version, job_updated_at)
+        self.sent: dict[tuple[str, str], tuple[int, str]] = {}
+
+    def start(self) -> None:
+        if self.settings.records_interval_s > 0:
+            self.thread.start()
+
+    def close(self) -> None:
+        self.stopped.set()
+        if self.thread.is_alive():
+            self.thread.join(timeout=30)
+
+    def _run(self) -> None:
+        since = now() - NOTES_KEPT
+        while not self.stopped.wait(self.settings.records_interval_s):
+            began = now()
+            try:
+                self.refresh(since)
+                since = began - timedelta(seconds=self.settings.records_interval_s)
+            except Exception:  # the next round tries again
+                log.exception("job records: this round failed; the next one tries again")
+
+    def refresh(self, since: datetime, most: int = 100) -> int:
+        """Compute and publish the records due; return how many."""
+        client = self.clickhouse.get()
+        done = 0
+        for site, job_id in queries.due_jobs(client, since, most):
+            key = (site, job_id)
+            try:
+                record = compute(client, self.settings, get_job(client, job_id, site))
+            except Exception:  # one job's failure must not hold back the jobs after it
+                log.exception("job record of %r %s not computed", site, job_id)
+                continue
+            if self.sent.get(key) == (record["version"], record["job_updated_at"]):
+                continue  # published already, not stored yet
+            try:
+                self.kafka.publish(
+                    self.settings.records_topic, f"{site}/{job_id}", orjson.dumps(record)
+                )
+            except KafkaUnavailable as exc:  # e.g. a record over Kafka's message size
+                log.error("job record of %r %s not published: %s", site, job_id, exc)
+                continue
+            self.sent[key] = (record["version"], record["job_updated_at"])
+            log.info("job record: site %r job %s version %d", site, job_id, record["version"])
+            done += 1
+        return done
