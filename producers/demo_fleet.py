@@ -2,9 +2,10 @@
 `python -m producers.demo_fleet > producers/config/demo.yaml`; a test checks the file is
 what this prints.
 
-50 simulated nodes, each with 20 `tester_value_NN` metrics and a `bmc_power_watt`; 5 PDUs
-whose 10 outlets each power one node (`_device_alias`), so a job on demo nodes has power
-from two sources and energy to sum. Every second: 1,100 readings in 55 Kafka messages.
+50 simulated nodes, each with 20 `tester_value_NN` metrics, a `bmc_power_watt` and a byte
+counter `node_network_receive_bytes_total` (so a job's summary has a counter's delta and
+rate); 5 PDUs whose 10 outlets each power one node (`_device_alias`), so a job on demo nodes
+has power from two sources and energy to sum. Every second: 1,150 readings.
 
 On demand (`POST /api/jobs/{id}/on-demand`), for a job's nodes: 5 `tester_extra_N` metrics
 each (optional entries), and their outlets' power every 100 ms instead of every second
@@ -17,8 +18,9 @@ NODES = 50
 PDUS = 5
 OUTLETS = NODES // PDUS
 HEADER = (
-    "# The demo fleet polled by `make up`: 50 simulated nodes (20 metrics and a BMC power\n"
-    "# reading each) and 5 PDUs whose outlets power them (`_device_alias`), every second;\n"
+    "# The demo fleet polled by `make up`: 50 simulated nodes (20 metrics, a BMC power\n"
+    "# reading and a byte counter each) and 5 PDUs whose outlets power them\n"
+    "# (`_device_alias`), every second;\n"
     "# on demand, for a job's nodes: tester_extra metrics, and their outlets every 100 ms.\n"
     "# Generated, do not edit by hand; regenerate with\n"
     "#   python -m producers.demo_fleet > producers/config/demo.yaml\n"
@@ -34,6 +36,10 @@ def demo_fleet() -> str:
             "labels: {source: tester}}\n"
         )
         lines.append(f'- {{name: bmc_power_watt, {node[1:]}, url: "tester://"}}\n')
+        lines.append(
+            f"- {{name: node_network_receive_bytes_total, {node[1:]}, "
+            'url: "tester://?counter=1", scale_factor: 1000}\n'
+        )
         lines.append(
             f'- {{name: tester_extra, {node[1:]}, url: "tester://?metrics=5", optional: true}}\n'
         )

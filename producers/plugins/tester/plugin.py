@@ -37,6 +37,11 @@ class TesterOptions(BaseModel):
     hang: bool = Field(False, description="the poll never returns")
     hang_file: Path | None = Field(None, description="the poll waits while this file exists")
     fail: bool = Field(False, description="the poll raises")
+    counter: bool = Field(
+        False,
+        description="the value is a counter: the integral of the usual wave since the epoch, "
+        "in units per second times seconds (a byte counter whose rate is the wave)",
+    )
 
 
 def metric_ids(name: str, metrics: int) -> list[str]:
@@ -52,8 +57,15 @@ def tester_value(device_id: str, metric_id: str, timestamp_us: int) -> float:
     return _value_at(*_shape(device_id, metric_id), timestamp_us)
 
 
+def tester_counter(device_id: str, metric_id: str, timestamp_us: int) -> float:
+    """The value of a `counter=1` entry: the integral of `tester_value` from the epoch, so
+    its increase between two instants divided by their distance is the wave's mean rate."""
+    return _integral_at(*_shape(device_id, metric_id), timestamp_us)
+
+
 # Tests import this function; its name must not make pytest collect it as a test.
 tester_value.__test__ = False  # type: ignore[attr-defined]
+tester_counter.__test__ = False  # type: ignore[attr-defined]
 
 
 @lru_cache(maxsize=65536)
@@ -70,6 +82,14 @@ def _value_at(base: float, phase: float, timestamp_us: int) -> float:
     return base + 10 * math.sin(
         2 * math.pi * (timestamp_us % _WAVE_PERIOD_US) / _WAVE_PERIOD_US + phase
     )
+
+
+def _integral_at(base: float, phase: float, timestamp_us: int) -> float:
+    """base x t - (10 P / 2pi) cos(2pi t / P + phase), shifted so it starts at 0 at the epoch."""
+    period_s = _WAVE_PERIOD_US / 1e6
+    amplitude = 10 * period_s / (2 * math.pi)
+    angle = 2 * math.pi * (timestamp_us % _WAVE_PERIOD_US) / _WAVE_PERIOD_US + phase
+    return base * timestamp_us / 1e6 - amplitude * math.cos(angle) + amplitude * math.cos(phase)
 
 
 class TesterPlugin(Plugin):
@@ -110,12 +130,13 @@ class TesterPlugin(Plugin):
         hang_file = self.options.hang_file
         while hang_file is not None and hang_file.exists():
             await asyncio.sleep(_HANG_FILE_CHECK_S)
+        value = _integral_at if self.options.counter else _value_at
         return [
             Reading(
                 timestamp_us,
                 self.device_id,
                 metric_id,
-                _value_at(base, phase, timestamp_us) * self.scale,
+                value(base, phase, timestamp_us) * self.scale,
                 self.labels,
             )
             for metric_id, base, phase in self._metrics

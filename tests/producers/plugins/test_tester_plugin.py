@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ from kafka.reading import Reading
 from producers.entry import DeviceEntry
 from producers.plugins import plugin_for
 from producers.plugins.tester import plugin as tester
-from producers.plugins.tester.plugin import metric_ids, tester_value
+from producers.plugins.tester.plugin import metric_ids, tester_counter, tester_value
 
 TIMESTAMP_US = 1_795_288_158_123_456
 
@@ -69,6 +70,25 @@ def test_values_are_deterministic_distinct_and_not_round() -> None:
     assert len(others) == 4
     # each microsecond gives a different value: a timestamp stored off by 1 us is caught
     assert tester_value("node-1", "m", TIMESTAMP_US + 1) != value
+
+
+def test_counter_rises_at_the_rate_of_the_wave() -> None:
+    """counter=1: the reading is tester_counter, and its increase over a span is the integral
+    of tester_value over it (checked against a fine trapezoidal sum), so a summary's delta
+    and rate can be recomputed."""
+    (reading,) = asyncio.run(build("tester://?counter=1", name="bytes_total").poll(TIMESTAMP_US))
+    assert reading.value == tester_counter("node-7", "bytes_total", TIMESTAMP_US)
+    start, span_us, steps = TIMESTAMP_US, 90_000_000, 9000
+    values = [
+        tester_value("node-7", "bytes_total", start + i * span_us // steps)
+        for i in range(steps + 1)
+    ]
+    integral = sum((a + b) / 2 for a, b in itertools.pairwise(values)) * span_us / steps / 1e6
+    increase = tester_counter("node-7", "bytes_total", start + span_us) - tester_counter(
+        "node-7", "bytes_total", start
+    )
+    assert increase == pytest.approx(integral, rel=1e-6)
+    assert 100 * 90 <= increase <= 200 * 90  # a rate within the wave's bounds
 
 
 def test_fail_raises() -> None:
