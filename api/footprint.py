@@ -17,27 +17,74 @@ from clickhouse_connect.driver.client import Client
 from api import notes
 from api.infra.params import iso
 from api.queries import footprint as q
+from api.queries import summary as summaries
 from api.queries.metrics import Selection
 from api.registry import Kind, MetricInfo, registry
 from api.schemas import Job
 
 
+def annotated(client: Client, job: Job, selection: Selection | None) -> dict[str, Any]:
+    """The summary from raw readings with its footprint and notes: one scan of the scope's
+    readings gives the statistics and the footprint."""
+    scanned = summaries.scan(client, job, selection, _scales)
+    annotate(client, job, selection, scanned.summary, scanned)
+    return scanned.summary
+
+
 def annotate(
-    client: Client, job: Job, selection: Selection | None, summary: dict[str, Any]
+    client: Client,
+    job: Job,
+    selection: Selection | None,
+    summary: dict[str, Any],
+    scanned: summaries.Scan | None = None,
 ) -> None:
     """Add `footprint`, `silent`, `footprint_source` (`raw`, `rollup_1m` or None without a
-    scope) and `notes` to `summary`."""
+    scope) and `notes` to `summary`. `scanned`: the scan `summary` came from, with the
+    footprint's columns (`annotated`); without it the footprint is read apart."""
     summary.update(footprint=[], silent=[], footprint_source=None)
     if selection is not None and selection.devices:
-        from_rollups = q.source(client, selection) == "rollup_1m"
-        scales = _scales(_metrics(client, selection, summary, from_rollups))
-        rows = q.footprint_rows(client, selection, scales, from_rollups)
+        from_rollups = _from_rollups(client, selection, scanned)
+        if scanned is not None and not from_rollups:
+            rows, scales = _scanned_rows(scanned.rows, set(selection.devices))
+        else:
+            scales = _scales(_metrics(client, selection, summary, from_rollups))
+            rows = q.footprint_rows(client, selection, scales, from_rollups)
         summary["footprint"] = _per_metric(rows, scales)
         summary["silent"] = _silences(
             q.silent_rows(client, selection, from_rollups), job, selection
         )
         summary["footprint_source"] = "rollup_1m" if from_rollups else "raw"
     summary["notes"] = notes.evaluate(notes.rules(), job.model_dump(), summary)
+
+
+def _from_rollups(client: Client, selection: Selection, scanned: summaries.Scan | None) -> bool:
+    if scanned is not None and scanned.unfiltered:
+        return q.source(client, selection, scanned.first_raw, raw_known=True) == "rollup_1m"
+    return q.source(client, selection) == "rollup_1m"
+
+
+def _scanned_rows(
+    rows: list[dict[str, Any]], nodes: set[str]
+) -> tuple[list[dict[str, Any]], q.Scales]:
+    """The footprint's rows (as q.footprint_rows gives them) of the scan's statistics rows,
+    for the metrics `_metrics` chooses: the measured ones of the nodes, else all of theirs."""
+    listed = {r["metric_id"] for r in rows if r["device_id"] in nodes and not r["pushed"]}
+    chosen = listed or {r["metric_id"] for r in rows if r["device_id"] in nodes}
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    for row in rows:  # the columns fp_* are over both rows of a node and metric
+        key = (row["device_id"], row["metric_id"])
+        if row["fp"] and row["metric_id"] in chosen and key not in found:
+            found[key] = {
+                "node": row["device_id"],
+                "metric_id": row["metric_id"],
+                "mean": row["fp_mean"],
+                "p95": row["fp_p95"],
+                "covered_s": row["fp_covered_s"],
+                "above_caution_s": row["fp_caution_s"],
+                "above_alert_s": row["fp_alert_s"],
+                "deciles": row["fp_deciles"],
+            }
+    return list(found.values()), _scales(sorted(chosen))
 
 
 def _metrics(

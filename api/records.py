@@ -7,9 +7,10 @@ the job answers the same after its raw readings expired.
   job was edited after its record (jobs.updated_at) or when readings of its scope were
   stored after it (api/queries/records.py says how that is known).
 - Published to the `job-records` topic (the API's ClickHouse user is read-only), which
-  ClickHouse consumes. A record's version is the newest of the job's `updated_at` and of its
-  readings' ingest time: API replicas computing the same record write the same version, and
-  `FINAL` keeps one row per job.
+  ClickHouse consumes; a record over `JOBSCOPE_RECORDS_MAX_BYTES` sheds its per-series rows
+  first (`message`), so that no record is refused for ever. A record's version is the
+  newest of the job's `updated_at` and of its readings' ingest time: API replicas
+  computing the same record write the same version, and `FINAL` keeps one row per job.
 - A job that started longer ago than raw retention (`JOBSCOPE_RETENTION_DAYS`) is never
   recomputed from raw readings: an edit of it updates its record's metadata only.
 - Served by GET /api/jobs/{id}/summary when the job has ended, the record is current (not
@@ -29,6 +30,7 @@ from typing import Any
 import orjson
 from clickhouse_connect.driver.client import Client
 
+from api import footprint
 from api.infra.clickhouse import ClickHouseProvider
 from api.infra.config import ApiSettings
 from api.infra.kafka import KafkaPublisher, KafkaUnavailable
@@ -36,7 +38,6 @@ from api.infra.params import iso, to_time
 from api.jobs import get_job
 from api.queries import records as queries
 from api.queries.metrics import Selection
-from api.queries.summary import summarise
 from api.schemas import Job, JobState
 from api.scope import EVERYTHING, Asked, job_selection, now, with_aliases
 
@@ -45,6 +46,9 @@ log = logging.getLogger("jobscope.api.records")
 NOTES_KEPT = timedelta(days=7)
 """How long ClickHouse keeps the ingest notes of readings (rollup_pending's TTL)."""
 SEVERITIES = ("", "info", "warning", "alert")
+SHED = (("metrics",), ("energy", "energy_total", "energy_nodes", "footprint"))
+"""What a record too large for `records_max_bytes` leaves out of its summary, step by step:
+its per-series rows, then its per-node ones (the job's energy, notes and metadata stay)."""
 _EPOCH = datetime(1970, 1, 1)
 
 
@@ -60,15 +64,8 @@ def raw_expired(job: Job, settings: ApiSettings) -> bool:
 
 
 def annotated(client: Client, job: Job, selection: Selection | None) -> dict[str, Any]:
-    """The summary from raw readings, with footprint and notes when api/footprint.py is
-    there (it adds them in place)."""
-    summary = summarise(client, job, selection)
-    try:
-        from api.footprint import annotate
-    except ImportError:  # the footprint part is optional: empty lists then
-        return summary
-    annotate(client, job, selection, summary)
-    return summary
+    """The summary from raw readings, with footprint and notes (one scan of the readings)."""
+    return footprint.annotated(client, job, selection)
 
 
 def served(
@@ -152,6 +149,34 @@ def compute(client: Client, settings: ApiSettings, job: Job) -> dict[str, Any]:
     }
 
 
+def message(record: dict[str, Any], max_bytes: int) -> bytes:
+    """The record as its Kafka message, at most `max_bytes`: a larger one sheds the rows of
+    SHED, step by step, its summary's `truncated` naming each list cut and the rows it had
+    (a record that cannot be stored would be computed again every round, for ever)."""
+    packed = orjson.dumps(record)
+    summary = orjson.loads(record["summary"]) if len(packed) > max_bytes else {}
+    truncated: dict[str, int] = {}
+    for keys in SHED:
+        if len(packed) <= max_bytes:
+            break
+        for key in keys:
+            truncated[key] = len(summary.get(key) or [])
+            summary[key] = []
+        summary["truncated"] = truncated
+        packed = orjson.dumps({**record, "summary": orjson.dumps(summary).decode()})
+    if len(packed) > max_bytes:
+        raise ValueError(f"{len(packed)} bytes even without {', '.join(truncated)}")
+    if truncated:
+        log.warning(
+            "job record of %r %s over %d bytes: stored without %s",
+            record["site"],
+            record["job_id"],
+            max_bytes,
+            ", ".join(truncated),
+        )
+    return packed
+
+
 class Refresher:
     """Computes the records due, every `records_interval_s`, in a thread of its own."""
 
@@ -161,7 +186,10 @@ class Refresher:
         self.clickhouse, self.kafka, self.settings = clickhouse, kafka, settings
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._run, name="job-records", daemon=True)
-        # published but maybe not stored yet: (site, job_id) -> (version, job_updated_at)
+        # published but maybe not stored yet: (site, job_id) -> (version, job_updated_at).
+        # Bounded: each round keeps only the jobs still due, at most `most` (a job no longer
+        # due has its record stored; one pushed out of the round's `most` by jobs ending
+        # earlier may be published once more: the same version, one row after FINAL).
         self.sent: dict[tuple[str, str], tuple[int, str]] = {}
 
     def start(self) -> None:
@@ -187,20 +215,22 @@ class Refresher:
         """Compute and publish the records due; return how many."""
         client = self.clickhouse.get()
         done = 0
-        for site, job_id in queries.due_jobs(client, since, most):
+        due = queries.due_jobs(client, since, most)
+        still_due = set(due)
+        self.sent = {key: sent for key, sent in self.sent.items() if key in still_due}
+        for site, job_id in due:
             key = (site, job_id)
             try:
                 record = compute(client, self.settings, get_job(client, job_id, site))
+                if self.sent.get(key) == (record["version"], record["job_updated_at"]):
+                    continue  # published already, not stored yet
+                packed = message(record, self.settings.records_max_bytes)
             except Exception:  # one job's failure must not hold back the jobs after it
                 log.exception("job record of %r %s not computed", site, job_id)
                 continue
-            if self.sent.get(key) == (record["version"], record["job_updated_at"]):
-                continue  # published already, not stored yet
             try:
-                self.kafka.publish(
-                    self.settings.records_topic, f"{site}/{job_id}", orjson.dumps(record)
-                )
-            except KafkaUnavailable as exc:  # e.g. a record over Kafka's message size
+                self.kafka.publish(self.settings.records_topic, f"{site}/{job_id}", packed)
+            except KafkaUnavailable as exc:
                 log.error("job record of %r %s not published: %s", site, job_id, exc)
                 continue
             self.sent[key] = (record["version"], record["job_updated_at"])

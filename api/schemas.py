@@ -379,6 +379,12 @@ class JobSummary(BaseModel):
     footprint: list[dict[str, Any]] = Field(default_factory=list)
     notes: list[dict[str, Any]] = Field(default_factory=list)
     record: SummarySource | None = Field(None, description="where the answer came from")
+    truncated: dict[str, int] | None = Field(
+        None,
+        description="only in a record too large to keep whole (JOBSCOPE_RECORDS_MAX_BYTES): "
+        "the lists it left out, with the rows each had",
+        examples=[{"metrics": 120000}],
+    )
 
 
 class DeviceInfo(BaseModel):

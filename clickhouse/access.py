@@ -12,8 +12,9 @@ GRANT, REVOKE).
 
 Roles:
 - `jobscope_sql_reader`: people writing SQL. Under `open` and `authenticated` it reads the
-  readings, rollups, latest values, jobs and device aliases. Under `jobs` it reads `jobs`
-  through row policies (`user = currentUser()`, or a project whose role
+  readings, rollups, latest values, jobs, job records and device aliases. Under `jobs` it
+  reads `jobs` and `job_records` (a job's summary, kept after its readings expired) through
+  row policies (`user = currentUser()`, or a project whose role
   `jobscope_project_<project>` the admin granted the user) and device aliases, and no
   readings at all: a row policy cannot say "devices and times inside one of the user's
   jobs" without a correlated subquery, and a policy by device alone would show other users'
@@ -53,8 +54,9 @@ OTHERS_POLICY = "jobscope_unrestricted"
 READINGS = ("metrics", "metrics_1m", "metrics_1h", "metrics_latest", "metrics_newest")
 # Never granted: the Kafka-engine queues, ingest_errors (whole raw messages), the audit log,
 # the rollups' bookkeeping, the OAR connector's tables, schema_migrations, system tables.
-ALWAYS = ("jobs", "device_aliases")
-ROW_POLICIED = ("jobs",)
+ALWAYS = ("jobs", "job_records", "device_aliases")
+# job_records holds what `jobs` does of a job (user, project) and its summary: the same rules.
+ROW_POLICIED = ("jobs", "job_records")
 
 # A query's result rows, read rows and run time per user and hour, and its queries: a person
 # at a SQL prompt or a notebook, not a dashboard refreshed by the second (that is a service).

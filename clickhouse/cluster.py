@@ -40,6 +40,7 @@ DISTRIBUTED = {
     "metrics_newest": "rand()",
     "jobs": "cityHash64(job_id)",
     "audit_log": "cityHash64(job_id)",  # the admin's: its records from every host
+    "job_records": "cityHash64(job_id)",  # as jobs: the host consuming its topic stores them
 }
 
 # Code and the parts of a statement no rename may touch: string literals, quoted

@@ -26,9 +26,22 @@ OAR_CHANGES = TopicSpec("oar-changes", 1)
 TOKEN_REVOCATIONS = TopicSpec("token-revocations", 1, {"cleanup.policy": "compact"})
 # Reads of jobs by others than their owners (api/audit.py), stored in ClickHouse's audit_log.
 AUDIT = TopicSpec("audit", 1)
+JOB_RECORD_MAX_BYTES = 32 * 1024 * 1024
+"""The largest batch the job-records topic takes (Kafka's default is 1 MB: the record of a job
+of 10,000 series is ~3 MB of JSON; the API bounds a record below this: records_max_bytes)."""
+BATCH_OVERHEAD_BYTES = 64 * 1024
+"""Room for a batch's framing around one message, however it compresses."""
 # Job records (api/records.py), stored in ClickHouse's job_records; keyed by site and job, the
 # newest record of a job is enough.
-JOB_RECORDS = TopicSpec("job-records", 1, {"cleanup.policy": "compact"})
+JOB_RECORDS = TopicSpec(
+    "job-records",
+    1,
+    {
+        "cleanup.policy": "compact",
+        "max.message.bytes": str(JOB_RECORD_MAX_BYTES),
+        "compression.type": "producer",
+    },
+)
 ALL_TOPICS = (READINGS, JOBS, ON_DEMAND, OAR_CHANGES, TOKEN_REVOCATIONS, AUDIT, JOB_RECORDS)
 
 

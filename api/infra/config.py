@@ -76,6 +76,13 @@ class ApiSettings(KafkaClientSettings):
         description="how often the API looks for ended, edited or late-fed jobs whose record "
         "to compute (docs/jobs.md); 0: never (another replica does it)",
     )
+    records_max_bytes: int = Field(
+        16 * 1024 * 1024,
+        ge=64 * 1024,
+        le=topics.JOB_RECORD_MAX_BYTES - topics.BATCH_OVERHEAD_BYTES,
+        description="a job record whose message is larger is stored without its per-series "
+        "rows (the summary's `metrics`, `truncated` says so), then without its per-node rows",
+    )
     retention_days: int = Field(
         90,
         ge=1,

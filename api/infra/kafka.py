@@ -7,6 +7,7 @@ import threading
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from api.infra.config import ApiSettings
+from kafka.topics import BATCH_OVERHEAD_BYTES
 
 
 class KafkaUnavailable(RuntimeError):
@@ -39,6 +40,12 @@ class KafkaPublisher:
                         # past this a message fails instead of waiting in the queue: a write
                         # reported as failed must not land later
                         "message.timeout.ms": int(self._settings.kafka_write_timeout_s * 1000),
+                        # a job record may be MBs of JSON (api/records.py bounds it; the
+                        # job-records topic takes it: kafka/topics.py); zstd makes it a tenth
+                        "message.max.bytes": max(
+                            1_000_000, self._settings.records_max_bytes + BATCH_OVERHEAD_BYTES
+                        ),
+                        "compression.type": "zstd",
                         "log_level": 3,
                     }
                 )

@@ -20,7 +20,7 @@ import orjson
 from clickhouse_connect.driver.client import Client
 
 from api.infra.params import NamePatterns
-from api.queries.metrics import ALIAS, Selection, scope_rows
+from api.queries.metrics import ALIAS, Selection, node_instants, scope_rows
 
 GAP_PERIODS = 3
 SILENT_PERIODS = 5
@@ -40,6 +40,10 @@ class Scales:
     alert: list[float | None]
     higher_is_worse: list[bool]
 
+    @classmethod
+    def none(cls) -> Scales:
+        return cls([], [], [], [], [], [])
+
     def params(self) -> dict[str, Any]:
         return {
             "fp_metrics": self.metrics,
@@ -51,17 +55,17 @@ class Scales:
         }
 
 
-_SCALE = """indexOf({fp_metrics:Array(String)}, metric_id) AS k,
+SCALE = """indexOf({fp_metrics:Array(String)}, metric_id) AS k,
     {fp_idle:Array(Nullable(Float64))}[k] AS idle, {fp_peak:Array(Nullable(Float64))}[k] AS peak,
     {fp_caution:Array(Nullable(Float64))}[k] AS caution,
     {fp_alert:Array(Nullable(Float64))}[k] AS alert, {fp_higher:Array(UInt8)}[k] AS higher"""
-_ABOVE = "ifNull(if(higher = 1, {x} >= {level}, {x} <= {level}), 0)"
-_TENTH = "least(9, greatest(0, toInt32(floor(({x} - idle) / (peak - idle) * 10))))"
-_DECILES = (
+ABOVE = "ifNull(if(higher = 1, {x} >= {level}, {x} <= {level}), 0)"
+TENTH = "least(9, greatest(0, toInt32(floor(({x} - idle) / (peak - idle) * 10))))"
+DECILES = (
     "if(idle IS NULL OR peak IS NULL, [], "
     "arrayMap(b -> arraySum(arrayMap((d, ok, x) -> if(ok AND {tenth} = b, d, 0), "
     "dt, bridged, v0)) / 1e6, range(10)))"
-).format(tenth=_TENTH.format(x="x"))
+).format(tenth=TENTH.format(x="x"))
 
 _RAW = f"""
 SELECT node, metric_id, sum(sm) / sum(n) AS mean, quantileTDigestMerge(0.95)(q) AS p95,
@@ -74,13 +78,13 @@ FROM (
         if(empty(dt), 0, arrayReduce('medianExact', dt)) AS period,
         arrayMap(d -> d <= {{gap_periods:UInt8}} * period, dt) AS bridged,
         arraySum(arrayMap((d, ok) -> if(ok, d, 0), dt, bridged)) / 1e6 AS cov,
-        arraySum(arrayMap((d, ok, x) -> if(ok AND {_ABOVE.format(x="x", level="caution")}, d, 0),
+        arraySum(arrayMap((d, ok, x) -> if(ok AND {ABOVE.format(x="x", level="caution")}, d, 0),
             dt, bridged, v0)) / 1e6 AS caution_s,
-        arraySum(arrayMap((d, ok, x) -> if(ok AND {_ABOVE.format(x="x", level="alert")}, d, 0),
+        arraySum(arrayMap((d, ok, x) -> if(ok AND {ABOVE.format(x="x", level="alert")}, d, 0),
             dt, bridged, v0)) / 1e6 AS alert_s,
-        {_DECILES} AS deciles
+        {DECILES} AS deciles
     FROM (
-        SELECT device_id AS node, metric_id, {_SCALE},
+        SELECT device_id AS node, metric_id, {SCALE},
             arraySort(p -> p.1, groupArray((toUnixTimestamp64Micro(ts), value))) AS pts,
             sum(value) AS sm, count() AS n, quantileTDigestState(0.95)(value) AS q
         FROM ({{rows}}) WHERE device_id IN {{nodes:Array(String)}}
@@ -124,12 +128,12 @@ GROUP BY node, metric_id, bucket
 _ROLLUP = f"""
 SELECT node, metric_id, avg(v) AS mean, quantileExact(0.95)(v) AS p95,
     count() * {ROLLUP_S} AS covered_s,
-    countIf({_ABOVE.format(x="v", level="caution")}) * {ROLLUP_S} AS above_caution_s,
-    countIf({_ABOVE.format(x="v", level="alert")}) * {ROLLUP_S} AS above_alert_s,
+    countIf({ABOVE.format(x="v", level="caution")}) * {ROLLUP_S} AS above_caution_s,
+    countIf({ABOVE.format(x="v", level="alert")}) * {ROLLUP_S} AS above_alert_s,
     if(any(idle) IS NULL OR any(peak) IS NULL, [],
-        sumForEach(arrayMap(b -> if({_TENTH.format(x="v")} = b, {ROLLUP_S}, 0), range(10))))
+        sumForEach(arrayMap(b -> if({TENTH.format(x="v")} = b, {ROLLUP_S}, 0), range(10))))
         AS deciles
-FROM (SELECT *, {_SCALE} FROM ({_ROLLUP_BUCKETS}) WHERE metric_id IN {{fp_metrics:Array(String)}})
+FROM (SELECT *, {SCALE} FROM ({_ROLLUP_BUCKETS}) WHERE metric_id IN {{fp_metrics:Array(String)}})
 GROUP BY node, metric_id ORDER BY node, metric_id
 """
 
@@ -155,12 +159,25 @@ SELECT (SELECT toUnixTimestamp(minOrNull(timestamp)) FROM metrics
 """
 
 
-def source(client: Client, selection: Selection) -> str:
+_ROLLUP_FIRST = """
+SELECT toUnixTimestamp(minOrNull(bucket)) FROM metrics_1m
+WHERE device_id IN {nodes:Array(String)}
+    AND bucket BETWEEN toStartOfMinute({start:DateTime64(6, 'UTC')}) AND {end:DateTime64(6, 'UTC')}
+"""
+
+
+def source(
+    client: Client, selection: Selection, raw_first: int | None = None, raw_known: bool = False
+) -> str:
     """`raw` while the scope's raw readings are kept; `rollup_1m` when the rollups hold
     readings of a minute before the first raw one (raw readings expired, at least at the
-    job's start), or the only ones."""
-    row = client.query(_FIRST, parameters=_params(selection)).first_row
-    raw, rollup = row[0], row[1]
+    job's start), or the only ones. `raw_known`: `raw_first` is the nodes' first raw reading
+    (Unix s, None: none), read by the summary's scan: only the rollups are asked."""
+    if raw_known:
+        raw = raw_first
+        rollup = client.query(_ROLLUP_FIRST, parameters=_params(selection)).first_row[0]
+    else:
+        raw, rollup = client.query(_FIRST, parameters=_params(selection)).first_row
     if rollup is not None and (raw is None or rollup < raw - raw % ROLLUP_S):
         return "rollup_1m"
     return "raw"
@@ -191,7 +208,7 @@ def silent_rows(client: Client, selection: Selection, from_rollups: bool) -> lis
     if from_rollups:
         return _rows(client, _SILENT_ROLLUP, params)
     every = replace(selection, metrics=NamePatterns(), labels={})
-    sql = _SILENT_RAW.replace("{rows}", scope_rows(every, params))
+    sql = _SILENT_RAW.replace("{rows}", node_instants(every, params))
     params["nodes"] = list(selection.devices)
     return _rows(client, sql, params)
 

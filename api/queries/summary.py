@@ -5,7 +5,9 @@ then one query in ClickHouse: statistics of each series (device, metric, labels)
 scope, the points of the node-level power series (registry unit W) integrated, the points of
 counters turned into increases (wraps and resets as `as_rate` reads them: the same SQL,
 api/queries/metrics.py's counter_increase), then all per device and metric (a node and metric
-is one energy source). api/summary.py shapes the rows.
+is one energy source). api/summary.py shapes the rows. The same scan gives the footprint's
+columns and the nodes' first raw reading (`scan`, used by api/footprint.py's `annotated`):
+each scan of a scope's rows costs a FINAL read of its readings, so there is one.
 
 Values users wrote themselves (pushed: `source=user:<name>`; Kwollect's `kwollect_custom`,
 labelled `_metric_origin=prom_kwollect_custom`) are never mixed with measured ones: their
@@ -24,6 +26,8 @@ the largest of theirs: each is integrated apart).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -31,6 +35,7 @@ from clickhouse_connect.driver.client import Client
 
 from api import summary as shaping
 from api.infra.params import iso
+from api.queries import footprint as fq
 from api.queries.metrics import (
     Selection,
     counter_increase,
@@ -47,56 +52,106 @@ _PUSHED = "startsWith(lab['source'], 'user:') OR lab['_metric_origin'] = 'prom_k
 """A reading users wrote (REST push or kwollect_custom); only jobscope sets these labels."""
 
 # Per series: statistics, for node-level power series their points integrated, for counters
-# their increases; then per device, metric and pushed-or-measured. A node's sum of aliased
-# readings is one series per set of devices summed (a reading missing at an instant must not
-# start a series of its own).
+# their increases, for the footprint's gauges on the nodes (`fp_metrics`) their time above
+# the levels and in each tenth of the scale (api/queries/footprint.py's formulas); then per
+# device, metric and pushed-or-measured; then (a window per device and metric) the
+# footprint over both. A node's sum of aliased readings is one series per set of devices
+# summed (a reading missing at an instant must not start a series of its own). One scan of
+# the scope's rows answers the summary and the footprint.
 _SUMMARY = """
-SELECT device_id, metric_id, pushed, min(mn) AS min, sum(sm) / sum(n) AS avg, max(mx) AS max,
-    argMax(last_value, last_ts) AS last, toUInt32(sum(n)) AS count, max(is_power) AS power,
-    sumIf(j, is_power) AS joules, minIf(cov, is_power) AS covered_s,
-    toUInt32(sumIf(n, is_power)) AS power_readings,
-    arraySort(arrayDistinct(arrayFlatten(groupArrayIf(srcs, is_power OR is_counter)))) AS sources,
-    sumIf(inc, is_counter) AS delta, sumIf(if(span > 0, inc / span, 0), is_counter) AS rate,
-    toUInt32(sumIf(rs, is_counter)) AS resets, minIf(span, is_counter) AS counter_covered_s,
-    max(q95) AS p95
+SELECT device_id, metric_id, pushed, min, avg, max, last, count, power, joules, covered_s,
+    power_readings, sources, delta, rate, resets, counter_covered_s, p95, own, first, fp,
+    fp_sm_all / fp_n_all AS fp_mean,
+    if(fp, arrayReduce('quantileTDigestMerge(0.95)', arrayFlatten(fp_states)), 0) AS fp_p95,
+    fp_covered_s, fp_caution_s, fp_alert_s, fp_deciles
 FROM (
-    SELECT device_id, metric_id, pushed, mn, mx, sm, n, last_ts, last_value, is_counter, q95, t, v,
-        notEmpty(t) AND power_series AS is_power,
-        splitByChar(',', if(orig = '', device_id, orig)) AS srcs,
-        if(is_power, t, []) AS pt, if(is_power, v, []) AS pv, if(is_counter, v, []) AS cv,
-        arrayPopFront(arrayDifference(pt)) AS dt,
-        if(empty(dt) OR NOT is_power, 0, arrayReduce('medianExact', dt)) AS period,
-        arrayMap(d -> d <= {gap_periods:UInt8} * period, dt) AS bridged,
-        arraySum(arrayMap((d, b, a, c) -> if(b, (a + c) / 2 * d, 0),
-            dt, bridged, arrayPopBack(pv), arrayPopFront(pv))) / 1e6 AS j,
-        arraySum(arrayMap((d, b) -> if(b, d, 0), dt, bridged)) / 1e6 AS cov,
-        {counter_bits:Array(UInt8)}[indexOf({counters:Array(String)}, metric_id)] AS bits,
-        arraySum(arrayMap((a, c) -> {increase}, arrayPopBack(cv), arrayPopFront(cv))) AS inc,
-        arrayCount((a, c) -> {reset}, arrayPopBack(cv), arrayPopFront(cv)) AS rs,
-        if(length(t) > 1, (t[-1] - t[1]) / 1e6, 0) AS span
+    SELECT *, sum(fp_sm) OVER w AS fp_sm_all, sum(fp_n) OVER w AS fp_n_all,
+        groupArray(fp_q) OVER w AS fp_states, max(fp_cov) OVER w AS fp_covered_s,
+        max(fp_caution) OVER w AS fp_caution_s, max(fp_alert) OVER w AS fp_alert_s,
+        sumForEach(fp_dec) OVER w AS fp_deciles
     FROM (
-        SELECT device_id, metric_id, ({pushed}) AS pushed, any(lab['_device_orig']) AS orig,
-            min(value) AS mn, max(value) AS mx, sum(value) AS sm, count() AS n,
-            max(ts) AS last_ts, argMax(value, ts) AS last_value,
-            metric_id IN {counters:Array(String)} AS is_counter,
-            metric_id IN {power:Array(String)} AND device_id IN {devices:Array(String)}
-                AS power_series,
-            arraySort(groupArrayIf(toUnixTimestamp64Micro(ts), power_series OR is_counter)) AS t,
-            arraySort((x, y) -> y, groupArrayIf(value, power_series OR is_counter),
-                groupArrayIf(toUnixTimestamp64Micro(ts), power_series OR is_counter)) AS v,
-            quantileExactIf(0.95)(value, NOT is_counter) AS q95
-        FROM ({rows})
-        -- power series and counters are taken alone; other series only add up statistics
-        GROUP BY device_id, metric_id, pushed,
-            if(metric_id IN {power:Array(String)}
-                OR metric_id IN {counters:Array(String)}, series, 0)
+        SELECT device_id, metric_id, pushed, min(mn) AS min, sum(sm) / sum(n) AS avg,
+            max(mx) AS max, argMax(last_value, last_ts) AS last, toUInt32(sum(n)) AS count,
+            max(is_power) AS power, sumIf(j, is_power) AS joules,
+            minIf(cov, is_power) AS covered_s, toUInt32(sumIf(n, is_power)) AS power_readings,
+            arraySort(arrayDistinct(arrayFlatten(groupArrayIf(srcs, is_power OR is_counter))))
+                AS sources,
+            sumIf(inc, is_counter) AS delta,
+            sumIf(if(span > 0, inc / span, 0), is_counter) AS rate,
+            toUInt32(sumIf(rs, is_counter)) AS resets, minIf(span, is_counter) AS counter_covered_s,
+            max(q95) AS p95, toUInt32(sum(own_n)) AS own,
+            toUnixTimestamp(minIf(first_own, own_n > 0)) AS first,
+            max(fp_series) AS fp, sumIf(sm, fp_series) AS fp_sm, sumIf(n, fp_series) AS fp_n,
+            groupArrayIf(fq, fp_series) AS fp_q, maxIf(cov, fp_series) AS fp_cov,
+            maxIf(caution_s, fp_series) AS fp_caution, maxIf(alert_s, fp_series) AS fp_alert,
+            sumForEachIf(deciles, fp_series) AS fp_dec
+        FROM (
+            SELECT *, notEmpty(t) AND power_series AS is_power,
+                splitByChar(',', if(orig = '', device_id, orig)) AS srcs,
+                arrayPopFront(arrayDifference(t)) AS dt,
+                if(empty(dt) OR NOT (is_power OR fp_series), 0, arrayReduce('medianExact', dt))
+                    AS period,
+                arrayMap(d -> d <= {gap_periods:UInt8} * period, dt) AS bridged,
+                if(is_power, arraySum(arrayMap((d, b, a, c) -> if(b, (a + c) / 2 * d, 0),
+                    dt, bridged, arrayPopBack(v), arrayPopFront(v))) / 1e6, 0) AS j,
+                arraySum(arrayMap((d, b) -> if(b, d, 0), dt, bridged)) / 1e6 AS cov,
+                {counter_bits:Array(UInt8)}[indexOf({counters:Array(String)}, metric_id)] AS bits,
+                if(is_counter,
+                    arraySum(arrayMap((a, c) -> {increase}, arrayPopBack(v), arrayPopFront(v))),
+                    0) AS inc,
+                if(is_counter, arrayCount((a, c) -> {reset}, arrayPopBack(v), arrayPopFront(v)),
+                    0) AS rs,
+                if(length(t) > 1, (t[-1] - t[1]) / 1e6, 0) AS span,
+                if(fp_series, arrayReduce('quantileExact(0.95)', v), q_rows) AS q95,
+                {scale}, arrayPopBack(v) AS v0,
+                if(fp_series, arraySum(arrayMap((d, ok, x) -> if(ok AND {above_caution}, d, 0),
+                    dt, bridged, v0)) / 1e6, 0) AS caution_s,
+                if(fp_series, arraySum(arrayMap((d, ok, x) -> if(ok AND {above_alert}, d, 0),
+                    dt, bridged, v0)) / 1e6, 0) AS alert_s,
+                if(fp_series, {deciles}, []) AS deciles
+            FROM (
+                SELECT device_id, metric_id, ({pushed}) AS pushed,
+                    any(lab['_device_orig']) AS orig, min(value) AS mn, max(value) AS mx,
+                    sum(value) AS sm, count() AS n, max(ts) AS last_ts,
+                    argMax(value, ts) AS last_value,
+                    metric_id IN {counters:Array(String)} AS is_counter,
+                    metric_id IN {power:Array(String)} AND device_id IN {devices:Array(String)}
+                        AS power_series,
+                    metric_id IN {fp_metrics:Array(String)} AND device_id IN {devices:Array(String)}
+                        AS fp_series,
+                    power_series OR is_counter OR fp_series AS points,
+                    arraySort(groupArrayIf(toUnixTimestamp64Micro(ts), points)) AS t,
+                    arraySort((x, y) -> y, groupArrayIf(value, points),
+                        groupArrayIf(toUnixTimestamp64Micro(ts), points)) AS v,
+                    quantileExactIf(0.95)(value, NOT is_counter AND NOT fp_series) AS q_rows,
+                    quantileTDigestStateIf(0.95)(value, fp_series) AS fq,
+                    countIf({own}) AS own_n, minIf(ts, {own}) AS first_own
+                FROM ({rows})
+                -- power series, counters and the footprint's gauges are taken alone; other
+                -- series only add up statistics
+                GROUP BY device_id, metric_id, pushed,
+                    if(metric_id IN {power:Array(String)} OR metric_id IN {counters:Array(String)}
+                        OR (metric_id IN {fp_metrics:Array(String)}
+                            AND device_id IN {devices:Array(String)}), series, 0)
+            )
+        )
+        GROUP BY device_id, metric_id, pushed
     )
+    WINDOW w AS (PARTITION BY device_id, metric_id)
 )
-GROUP BY device_id, metric_id, pushed
 ORDER BY device_id, metric_id, pushed
-""".replace("{increase}", counter_increase("a", "c", "bits")).replace(
-    "{reset}", counter_reset("a", "c", "bits")
-)
+"""
+for _name, _sql in (
+    ("{increase}", counter_increase("a", "c", "bits")),
+    ("{reset}", counter_reset("a", "c", "bits")),
+    ("{scale}", fq.SCALE),
+    ("{above_caution}", fq.ABOVE.format(x="x", level="caution")),
+    ("{above_alert}", fq.ABOVE.format(x="x", level="alert")),
+    ("{deciles}", fq.DECILES),
+    # a node's own reading (not a sum of the devices measuring it)
+    ("{own}", "device_id IN {devices:Array(String)} AND NOT mapContains(lab, '_device_orig')"),
+):
+    _SUMMARY = _SUMMARY.replace(_name, _sql)
 
 
 def scope_metric_ids(client: Client, selection: Selection) -> list[str]:
@@ -105,13 +160,29 @@ def scope_metric_ids(client: Client, selection: Selection) -> list[str]:
     return [row[0] for row in client.query(sql, parameters=params).result_rows]
 
 
-def statistics(client: Client, selection: Selection, kinds: shaping.Kinds) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class Scan:
+    """A summary, the statistics rows it was shaped from (with the footprint's columns
+    `fp_*` for the gauges of `scales`), and the first own raw reading of the scope's nodes
+    (Unix s; None: none) when the scan read all of their metrics and labels (`unfiltered`):
+    what api/footprint.py needs, without a second scan."""
+
+    summary: dict[str, Any]
+    rows: list[dict[str, Any]]
+    first_raw: int | None
+    unfiltered: bool
+
+
+def statistics(
+    client: Client, selection: Selection, kinds: shaping.Kinds, scales: fq.Scales | None = None
+) -> list[dict[str, Any]]:
     """One row per device, metric and pushed-or-measured (the columns of _SUMMARY)."""
     params: dict[str, Any] = {
         "gap_periods": GAP_PERIODS,
         "power": kinds.power,
         "counters": kinds.counters,
         "counter_bits": [kinds.counter_bits[m] for m in kinds.counters],
+        **(scales or fq.Scales.none()).params(),
     }
     sql = _SUMMARY.replace("{pushed}", _PUSHED).replace("{rows}", scope_rows(selection, params))
     rows = []
@@ -123,19 +194,39 @@ def statistics(client: Client, selection: Selection, kinds: shaping.Kinds) -> li
     return rows
 
 
-def summarise(client: Client, job: Job, selection: Selection | None) -> dict[str, Any]:
-    """The summary from raw readings as JSON-ready data (see JobSummary): built from one row
-    per device and metric, without a model object per row."""
+def scan(
+    client: Client,
+    job: Job,
+    selection: Selection | None,
+    scales: Callable[[list[str]], fq.Scales] | None = None,
+) -> Scan:
+    """The summary from raw readings as JSON-ready data (see JobSummary), built from one row
+    per device and metric without a model object per row; with `scales` (the footprint's
+    gauges among the scope's metrics), the footprint's columns from the same scan."""
     summary = shaping.empty(job.job_id, job.start, job.end)
     if selection is None:
-        return summary
+        return Scan(summary, [], None, False)
     summary.update(
         start=iso(selection.start),
         end=iso(selection.end),
         duration_s=(selection.end - selection.start).total_seconds(),
     )
     reg = registry()
-    kinds = shaping.kinds(scope_metric_ids(client, selection), reg)
+    metric_ids = scope_metric_ids(client, selection)
+    kinds = shaping.kinds(metric_ids, reg)
+    rows = statistics(client, selection, kinds, scales(metric_ids) if scales else None)
     nodes = list(selection.only or selection.devices)
-    shaping.shape(statistics(client, selection, kinds), summary, nodes, reg)
-    return summary
+    shaping.shape(rows, summary, nodes, reg)
+    first = [row["first"] for row in rows if row["own"]]
+    unfiltered = (
+        not selection.metrics
+        and not selection.labels
+        and selection.site is None
+        and set(selection.only or selection.devices) >= set(selection.devices)
+    )
+    return Scan(summary, rows, min(first) if first else None, unfiltered)
+
+
+def summarise(client: Client, job: Job, selection: Selection | None) -> dict[str, Any]:
+    """The summary from raw readings (see `scan`)."""
+    return scan(client, job, selection).summary

@@ -9,7 +9,16 @@ from html import escape
 from typing import Any
 
 from api.report import svg
-from api.report.text import energy_line, job_rows, kwh, number, percent
+from api.report.text import (
+    METRICS_HEAD,
+    METRICS_NUMERIC,
+    energy_line,
+    job_rows,
+    kwh,
+    metric_rows,
+    number,
+    percent,
+)
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'"
 """The Content-Security-Policy the API serves the report with: nothing may be loaded."""
@@ -121,21 +130,10 @@ def render(report: dict[str, Any]) -> str:
     """The whole HTML document."""
     job = report["job"]
     title = escape(f"jobscope report: job {job['job_id']}")
-    metrics = [
-        [
-            m["metric_id"],
-            m["unit"],
-            m["kind"],
-            number(m["min"]),
-            number(m["avg"]),
-            number(m["max"]),
-            m["devices"],
-            m["count"],
-        ]
-        for m in report["metrics"]
-    ]
     plots = "".join(
-        f'<figure id="{escape(p["id"])}">{svg.render(p)}</figure>' for p in report["plots"]
+        f'<figure id="{escape(p["id"])}"><figcaption>{escape(p["title"])} '
+        f"[{escape(p['unit'])}]</figcaption>{svg.render(p)}</figure>"
+        for p in report["plots"]
     )
     step = report["step_s"]
     return (
@@ -152,10 +150,6 @@ def render(report: dict[str, Any]) -> str:
         + f"<h2>Plots</h2><p>one point per {step} s (mean of each step)</p>"
         + (plots or "<p>no readings to plot</p>")
         + "<h2>Metrics</h2>"
-        + _table(
-            ["metric", "unit", "kind", "min", "mean", "max", "devices", "readings"],
-            metrics,
-            {3, 4, 5, 6, 7},
-        )
+        + _table(METRICS_HEAD, metric_rows(report), METRICS_NUMERIC)
         + f"<p>generated {escape(report['generated_at'])} by jobscope</p></body></html>"
     )

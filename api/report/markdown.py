@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from api.report.svg import bounds, fmt_value
-from api.report.text import energy_line, job_rows, number, percent
+from api.report.text import METRICS_HEAD, energy_line, job_rows, metric_rows, number, percent
 
 
 def cell(value: Any) -> str:
@@ -75,19 +75,6 @@ def render(report: dict[str, Any]) -> str:
             f"{fmt_value(low)} .. {fmt_value(high)}"
         )
     lines += ["", "## Metrics", ""]
-    rows = [
-        [
-            m["metric_id"],
-            m["unit"],
-            m["kind"],
-            number(m["min"]),
-            number(m["avg"]),
-            number(m["max"]),
-            m["devices"],
-            m["count"],
-        ]
-        for m in report["metrics"]
-    ]
-    lines += _table(["metric", "unit", "kind", "min", "mean", "max", "devices", "readings"], rows)
+    lines += _table(METRICS_HEAD, metric_rows(report))
     lines.append(f"generated {report['generated_at']} by jobscope")
     return "\n".join(lines) + "\n"

@@ -14,10 +14,11 @@ from typing import Any
 
 from clickhouse_connect.driver.client import Client
 
+from api import records
+from api.infra.config import ApiSettings
 from api.infra.params import to_time
 from api.queries.metrics import Selection
 from api.queries.report import node_series
-from api.queries.summary import summarise
 from api.registry import Kind, Registry, registry
 from api.schemas import Job
 from api.scope import EVERYTHING, job_selection, with_aliases
@@ -37,11 +38,12 @@ def step_for(duration_s: float) -> int:
     return 86400
 
 
-def build(client: Client, job: Job) -> dict[str, Any]:
-    """The report of `job` (visible to the caller: the route checked) as JSON-ready data."""
+def build(client: Client, settings: ApiSettings, job: Job) -> dict[str, Any]:
+    """The report of `job` (visible to the caller: the route checked) as JSON-ready data; its
+    summary is the summary route's whole one (an ended job's record, also past raw retention)."""
     reg = registry()
     selection = with_aliases(client, job_selection(job, EVERYTHING))
-    summary = summarise(client, job, selection)
+    summary = records.served(client, settings, job, EVERYTHING, selection)
     step = step_for(summary.get("duration_s") or 0.0)
     report: dict[str, Any] = {
         "version": VERSION,
@@ -101,8 +103,9 @@ def _coverage(summary: dict[str, Any], metric_id: str) -> float | None:
 
 
 def metric_table(summary: dict[str, Any], reg: Registry) -> list[dict[str, Any]]:
-    """Per metric, over the job's devices: min, mean, max, devices, readings and unit (a
-    job of 100 nodes x 100 metrics: 100 rows, not 10,000)."""
+    """Per metric, over the job's devices: min, mean, max, devices, readings and unit, and a
+    counter's increase and mean rate summed over them (a job of 100 nodes x 100 metrics: 100
+    rows, not 10,000)."""
     rows: dict[tuple[str, bool], dict[str, Any]] = {}
     for m in summary.get("metrics", []):
         key = (m["metric_id"], bool(m.get("pushed")))
@@ -118,6 +121,8 @@ def metric_table(summary: dict[str, Any], reg: Registry) -> list[dict[str, Any]]
                 "max": m["max"],
                 "devices": 0,
                 "count": 0,
+                "delta": None,
+                "rate": None,
                 "pushed": key[1],
             }
         row["min"] = min(row["min"], m["min"])
@@ -125,6 +130,9 @@ def metric_table(summary: dict[str, Any], reg: Registry) -> list[dict[str, Any]]
         row["avg_sum"] += m["avg"] * m["count"]
         row["devices"] += 1
         row["count"] += m["count"]
+        for counted in ("delta", "rate"):
+            if m.get(counted) is not None:
+                row[counted] = (row[counted] or 0.0) + m[counted]
     out = []
     for row in sorted(rows.values(), key=lambda r: (r["pushed"], r["metric_id"])):
         row["avg"] = row.pop("avg_sum") / row["count"] if row["count"] else None

@@ -10,7 +10,7 @@ from typing import Any
 from fpdf import FPDF
 
 from api.report import svg
-from api.report.text import energy_line, job_rows, number, percent
+from api.report.text import METRICS_HEAD, energy_line, job_rows, metric_rows, number, percent
 
 PAGE_W = 190.0  # A4 less 10 mm margins
 PLOT_H = 60.0
@@ -158,25 +158,7 @@ def render(report: dict[str, Any]) -> bytes:
     for plot in report["plots"]:
         _plot(pdf, plot)
     _heading(pdf, "Metrics")
-    rows = [
-        [
-            m["metric_id"],
-            m["unit"],
-            m["kind"],
-            number(m["min"]),
-            number(m["avg"]),
-            number(m["max"]),
-            m["devices"],
-            m["count"],
-        ]
-        for m in report["metrics"]
-    ]
-    _table(
-        pdf,
-        ["metric", "unit", "kind", "min", "mean", "max", "devices", "readings"],
-        rows,
-        [52, 12, 20, 22, 22, 22, 16, 24],
-    )
+    _table(pdf, METRICS_HEAD, metric_rows(report), [46, 10, 18, 18, 18, 18, 22, 18, 14])
     pdf.set_font("helvetica", size=7)
     pdf.cell(0, 5, _latin1(f"generated {report['generated_at']} by jobscope"))
     return bytes(pdf.output())

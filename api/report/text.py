@@ -55,3 +55,28 @@ def job_rows(report: dict[str, Any]) -> list[list[str]]:
     rows.append(["duration", f"{number(summary.get('duration_s') or 0)} s"])
     rows += [[f"label {k}", str(v)] for k, v in sorted((job.get("labels") or {}).items())]
     return rows
+
+
+METRICS_HEAD = ["metric", "unit", "kind", "min", "mean", "max", "increase", "rate /s", "devices"]
+"""The metrics table of every format: a gauge's min, mean and max; a counter's increase over
+the job and its mean rate, summed over the job's devices (its raw values mean nothing)."""
+METRICS_NUMERIC = set(range(3, len(METRICS_HEAD)))
+
+
+def metric_rows(report: dict[str, Any]) -> list[list[Any]]:
+    rows = []
+    for m in report["metrics"]:
+        counted = m.get("delta") is not None
+        stats = ["", "", ""] if counted else [number(m["min"]), number(m["avg"]), number(m["max"])]
+        rows.append(
+            [
+                m["metric_id"],
+                m["unit"],
+                m["kind"],
+                *stats,
+                number(m.get("delta")),
+                number(m.get("rate")),
+                m["devices"],
+            ]
+        )
+    return rows

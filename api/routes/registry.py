@@ -22,6 +22,7 @@ def get_registry(
     metric: Annotated[
         str | None,
         Query(
+            min_length=1,
             max_length=256,
             description="a metric_id: its entry (exact, else the first matching pattern, else "
             "inferred from the name: `inferred: true`) instead of the whole registry",

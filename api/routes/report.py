@@ -10,7 +10,7 @@ import orjson
 from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
-from api.deps import ClickHouseDep, JobId
+from api.deps import ClickHouseDep, JobId, SettingsDep
 from api.readings import SiteQuery
 from api.report import html, markdown, model, pdf
 from api.schemas import ErrorBody
@@ -54,6 +54,7 @@ MEDIA_TYPES = {
 )
 def get_job_report(
     clickhouse: ClickHouseDep,
+    settings: SettingsDep,
     viewer: ViewerDep,
     job_id: JobId,
     format: Annotated[ReportFormat, Query(description="html, pdf, md or json")] = (
@@ -65,7 +66,7 @@ def get_job_report(
     anywhere); PDF keeps its text as text; JSON is the data the others render (the summary
     and the plots' series)."""
     job = viewer.job(clickhouse, job_id, site)
-    report = model.build(clickhouse, job)
+    report = model.build(clickhouse, settings, job)
     name = f"job-{''.join(c if c.isalnum() or c in '-_.' else '_' for c in job.job_id)}"
     headers = {"Content-Disposition": f'inline; filename="{name}.{format.value}"'}
     if format is ReportFormat.HTML:

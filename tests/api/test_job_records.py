@@ -11,6 +11,7 @@ TTL merge drops them: no ingest note is written). Computations are counted on th
 
 from __future__ import annotations
 
+import random
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -19,6 +20,7 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+import zstandard
 from clickhouse_connect.driver.client import Client
 from confluent_kafka import Consumer, TopicPartition
 
@@ -29,10 +31,18 @@ from stack.processes import wait_until
 from tests import ports
 from tests.api.conftest import Row
 
+RECORDS_MAX_BYTES = 8 * 1024 * 1024
+"""That API's bound on a record's message (16 MiB by default: the test's bigger job needs
+fewer series to pass it)."""
+
 
 @pytest.fixture(scope="module")
 def records_api(clickhouse: StackSettings, api_url: str) -> Iterator[str]:
-    env = {"JOBSCOPE_RECORDS_INTERVAL_S": "0.5", "JOBSCOPE_RETENTION_DAYS": "2"}
+    env = {
+        "JOBSCOPE_RECORDS_INTERVAL_S": "0.5",
+        "JOBSCOPE_RETENTION_DAYS": "2",
+        "JOBSCOPE_RECORDS_MAX_BYTES": str(RECORDS_MAX_BYTES),
+    }
     name, port = "api-job-records", ports.port("job-records")
     try:
         yield services.start_api(clickhouse, name=name, port=port, env=env)
@@ -201,3 +211,88 @@ def test_late_reading_and_edit_each_recompute_once(
     versions = sorted({r["version"] for r in records})
     assert versions == [first["record"]["version"], version, edited["record"]["version"]]
     assert len(records) == 3, records  # each computed and published once
+
+
+def many_series(node: str, start: datetime, count: int) -> list[Row]:
+    """`count` series of one node, each with a name of 96 random hex digits and two random
+    values: ~100 bytes per series that no compression takes away."""
+    rows: list[Row] = []
+    for i in range(count):
+        metric = f"many_{i}_{uuid.uuid4().hex}{uuid.uuid4().hex}{uuid.uuid4().hex}"
+        rows += [
+            [start + timedelta(seconds=s), node, metric, random.random() * 1e6, {}] for s in (0, 60)
+        ]
+    return rows
+
+
+@pytest.mark.slow
+def test_a_job_of_many_series_gets_its_record_and_a_larger_one_a_truncated_one(
+    records_api: str,
+    clickhouse: StackSettings,
+    insert_readings: Callable[[list[Row]], None],
+    post_job: Callable[..., dict[str, Any]],
+) -> None:
+    """12,000 series: a record of ~5 MB, over 1 MB even compressed (Kafka's default message
+    limit, the producer's and the topic's), stored whole; 25,000 series: over the API's
+    JOBSCOPE_RECORDS_MAX_BYTES, stored without its per-series rows, saying so."""
+    p = f"jr{uuid.uuid4().hex[:6]}"
+    start = utc_now() - timedelta(minutes=20)
+    sizes = {f"{p}_big": 12_000, f"{p}_bigger": 25_000}
+    for n, (job_id, count) in enumerate(sizes.items()):
+        node = f"{p}-node-{n}"
+        insert_readings(many_series(node, start, count) + bmc_power(node, start))
+        ended_job(post_job, job_id, node, start)
+    big = wait_until(lambda: from_record(records_api, f"{p}_big"), 120, "the big job's record")
+    assert len(big["metrics"]) == 12_001 and "truncated" not in big
+    assert big["energy_job"]["joules"] == 6000.0
+    (message,) = (orjson.dumps(r) for r in published(clickhouse, f"{p}_big"))
+    assert len(zstandard.ZstdCompressor().compress(message)) > 1_000_000
+    bigger = wait_until(
+        lambda: from_record(records_api, f"{p}_bigger"), 120, "the bigger job's record"
+    )
+    assert bigger["metrics"] == [] and bigger["truncated"] == {"metrics": 25_001}
+    assert bigger["energy_job"]["joules"] == 6000.0 and len(bigger["energy"]) == 1
+    # narrowed, it is computed from the raw readings, which are whole
+    narrowed = summary(records_api, f"{p}_bigger", metrics="bmc_power_watt")
+    assert narrowed["record"]["source"] == "raw" and len(narrowed["metrics"]) == 1
+
+
+def test_expired_jobs_report_and_comparison_come_from_their_records(
+    records_api: str,
+    admin_client: Client,
+    insert_readings: Callable[[list[Row]], None],
+    post_job: Callable[..., dict[str, Any]],
+) -> None:
+    """The report (format=json) and the comparison of jobs past raw retention, their raw
+    readings deleted: the energy of their records, as before the deletion."""
+    p = f"jr{uuid.uuid4().hex[:6]}"
+    start = utc_now() - timedelta(days=3)
+    job_ids = [f"{p}_old1", f"{p}_old2"]
+    for job_id, node, watts in zip(
+        job_ids, (f"{p}-node-1", f"{p}-node-2"), (100.0, 200.0), strict=True
+    ):
+        insert_readings(bmc_power(node, start, watts))
+        ended_job(post_job, job_id, node, start)
+    before = [wait_until(lambda j=j: from_record(records_api, j), 60, j) for j in job_ids]
+    assert [b["energy_job"]["joules"] for b in before] == [6000.0, 12000.0]
+    admin_client.command(
+        "ALTER TABLE metrics DELETE WHERE device_id LIKE {p:String}",
+        parameters={"p": f"{p}-node-%"},
+        settings={"mutations_sync": 2},
+    )
+    for job_id, earlier in zip(job_ids, before, strict=True):
+        response = httpx.get(
+            f"{records_api}/api/jobs/{job_id}/report", params={"format": "json"}, timeout=60
+        )
+        assert response.status_code == 200, response.text
+        report = response.json()
+        assert report["summary"]["record"]["source"] == "record"
+        assert report["summary"]["energy_job"] == earlier["energy_job"]
+        assert report["energy"]["joules"] == earlier["energy_job"]["joules"]
+    response = httpx.get(
+        f"{records_api}/api/jobs/compare", params={"ids": ",".join(job_ids)}, timeout=60
+    )
+    assert response.status_code == 200, response.text
+    rows = response.json()["jobs"]
+    assert [r["figures"]["energy_j"] for r in rows] == [6000.0, 12000.0]
+    assert rows[1]["diff"]["energy_j"] == {"delta": 6000.0, "relative": 1.0}

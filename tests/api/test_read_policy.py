@@ -166,6 +166,23 @@ def test_a_job_of_someone_else_is_unknown_on_every_route(world: World) -> None:
         assert answer.status_code in (200, 307), (path, answer.text)
 
 
+def test_a_comparison_naming_a_job_of_someone_else_is_unknown(world: World) -> None:
+    """alice compares her job with bob's: 404, word for word what a comparison naming an
+    unknown job answers (no figure of bob's job, and no telling it exists); her own job
+    compared with itself answers (a read of others' jobs, audited, is left to the audit's
+    test)."""
+    alice, bob, unknown = world.jobs["alice"], world.jobs["bob"], f"rp-{TAG}-nobody"
+    for ids in (f"{alice},{bob}", f"{bob},{alice}"):
+        refused = world.get("alice", "/api/jobs/compare", ids=ids)
+        never = world.get("alice", "/api/jobs/compare", ids=ids.replace(bob, unknown))
+        assert refused.status_code == never.status_code == 404, refused.text
+        assert refused.json() == orjson.loads(never.content.replace(unknown.encode(), bob.encode()))
+    own = world.get("alice", "/api/jobs/compare", ids=f"{alice},{alice}")
+    assert own.status_code == 200, own.text
+    assert [row["job"]["job_id"] for row in own.json()["jobs"]] == [alice, alice]
+    assert world.get(None, "/api/jobs/compare", ids=f"{alice},{bob}").status_code == 401
+
+
 def test_no_token_no_read_and_health_open(world: World) -> None:
     assert world.get(None, "/api/jobs").status_code == 401
     assert world.get(None, f"/api/jobs/{world.jobs['alice']}").status_code == 401
@@ -234,7 +251,8 @@ def test_available_metrics_follow_the_same_rules(world: World) -> None:
     theirs = orjson.dumps({"devices": [NODE_B]}).decode()
     allowed = world.get("alice", "/rpc/available_metrics", params=mine, at=at)
     assert allowed.status_code == 200, allowed.text
-    assert {"device_id": NODE_A, "metric_id": "rp_now"} in allowed.json()
+    listed = [(r["device_id"], r["metric_id"]) for r in allowed.json()]  # rows carry units too
+    assert (NODE_A, "rp_now") in listed
     assert world.get("alice", "/rpc/available_metrics", params=theirs, at=at).status_code == 403
     assert world.get("alice", "/rpc/available_metrics").status_code == 403  # every device
     assert world.get("sam", "/rpc/available_metrics", params=theirs, at=at).status_code == 200

@@ -216,6 +216,8 @@ def test_the_api_serves_the_registry(api_url: str) -> None:
     assert guessed["inferred"] and guessed["unit"] == "Cel" and guessed["name"] == "my_gpu_celsius"
     long = get(api_url, "/api/metrics/registry", metric="x" * 300)
     assert long.status_code in (400, 422)
+    empty = get(api_url, "/api/metrics/registry", metric="")  # found by the fuzzer: was a 500
+    assert empty.status_code == 400, empty.text
 
 
 def test_the_cli_prints_the_registry(api_url: str) -> None:

@@ -111,10 +111,15 @@ def test_json_shape_energy_and_plots(api_url: str, job: dict[str, Any]) -> None:
         assert len(line["t"]) == SECONDS + 1 and set(line["v"]) == {WATTMETER[n]}
     job_power = {s["name"]: s["v"] for s in plots["job-power"]["series"]}
     assert set(job_power["bmc_power_watt"]) == {sum(BMC.values())}
-    key = {m for m in ("bmc_temp_cpu0_celsius", "network_ifinoctets_bytes_total")}
+    key_counter = "network_ifinoctets_bytes_total"
+    key = {"bmc_temp_cpu0_celsius", key_counter}
     for metric in key:
         assert (f"key-{metric}" in plots) == registry().lookup(metric).key, metric
     assert {m["metric_id"] for m in report["metrics"]} >= key | {"bmc_power_watt"}
+    # a counter's row: its increase over the job and mean rate, summed over the two nodes
+    (counter,) = (m for m in report["metrics"] if m["metric_id"] == key_counter)
+    assert counter["delta"] == pytest.approx(2 * 1000.0 * SECONDS)
+    assert counter["rate"] == pytest.approx(2 * 1000.0)
 
 
 def test_html_is_self_contained_and_escapes_the_job(api_url: str, job: dict[str, Any]) -> None:

@@ -8,6 +8,7 @@ is shown to skip the embedded server."""
 from __future__ import annotations
 
 import re
+import uuid
 
 import chdb
 import pytest
@@ -83,6 +84,7 @@ def test_under_jobs_people_read_jobs_by_row_policy_and_no_readings(layout: str) 
     texts = rendered("jobs", layout)
     local = layout == "cluster"
     jobs_tables = {"jobs", "jobs_local"} if local else {"jobs"}
+    jobs_tables |= {"job_records", "job_records_local"} if local else {"job_records"}
     assert granted(texts, READER_ROLE) == jobs_tables | (
         {"device_aliases", "device_aliases_local"} if local else {"device_aliases"}
     )
@@ -171,3 +173,45 @@ def test_embedded_server_has_no_access_storage_and_is_skipped(admin_client: Clie
     assert not apply_access_control(admin_client, AccessControl("default", "jobs"))
     with pytest.raises(RuntimeError, match="no writable access storage"):
         apply_access_control(admin_client, AccessControl("default", "jobs", readers=("alice",)))
+
+
+def test_under_jobs_a_reader_reads_no_record_of_a_job_it_may_not_see(admin_client: Client) -> None:
+    """The attack: bob, a SQL user under `jobs`, reads alice's job record (its user, project
+    and summary). The engine cannot hold row policies (above), so the one rendered for
+    job_records runs here as the WHERE clause the server would add, over the real table,
+    currentUser() and enabledRoles() given as the server would: bob reads his record only;
+    pia, holding the role of alice's project, reads alice's too."""
+    (policy,) = [
+        t
+        for t in AccessControl("default", "jobs").statements()
+        if t.startswith(f"CREATE ROW POLICY OR REPLACE {USER_POLICY} ON `default`.`job_records`")
+    ]
+    using = re.fullmatch(rf".* USING (.*) TO {READER_ROLE}", policy)
+    assert using is not None, policy
+    clause = (
+        using[1]
+        .replace("currentUser()", "{me:String}")
+        .replace("enabledRoles()", "{roles:Array(String)}")
+    )
+    tag = uuid.uuid4().hex[:8]
+    rows = [
+        ["", f"{tag}-a", f"alice-{tag}", f"p1-{tag}", 1, '{"energy_job": {"joules": 1.0}}'],
+        ["", f"{tag}-b", f"bob-{tag}", f"p2-{tag}", 1, '{"energy_job": {"joules": 2.0}}'],
+    ]
+    admin_client.insert(
+        "job_records",
+        rows,
+        column_names=["site", "job_id", "user", "project", "version", "summary"],
+    )
+
+    def read(me: str, roles: list[str]) -> set[str]:
+        query = (
+            f"SELECT job_id FROM job_records FINAL WHERE job_id LIKE {{tag:String}} AND ({clause})"
+        )
+        params = {"tag": f"{tag}-%", "me": me, "roles": roles}
+        return {r[0] for r in admin_client.query(query, parameters=params).result_rows}
+
+    assert read(f"bob-{tag}", []) == {f"{tag}-b"}
+    assert read(f"bob-{tag}", [READER_ROLE]) == {f"{tag}-b"}
+    assert read(f"pia-{tag}", [f"jobscope_project_p1-{tag}"]) == {f"{tag}-a"}
+    assert read(f"alice-{tag}", []) == {f"{tag}-a"}

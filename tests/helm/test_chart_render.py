@@ -314,3 +314,56 @@ def test_kafka_credentials_reach_every_component_that_talks_to_kafka() -> None:
     small = scenario("small-site")  # PLAINTEXT: nothing added
     api = by_kind(small, "Deployment")["t-jobscope-api"]["spec"]["template"]["spec"]
     assert not any(n.startswith("JOBSCOPE_KAFKA_SASL") for n in env_of(api["containers"][0]))
+
+
+def test_retention_and_records_values_reach_the_api_and_the_schema_job() -> None:
+    """The API knows the raw retention of the schema (an ended job past it answers from its
+    record) and its records' settings; the 1-minute rollups' retention reaches the migrations
+    when set, and is left to their default (as raw) when not."""
+    docs = scenario("large-site")
+    api = by_kind(docs, "Deployment")["t-jobscope-api"]["spec"]["template"]["spec"]
+    env = env_of(api["containers"][0])
+    assert env["JOBSCOPE_RETENTION_DAYS"] == schema_job_env(docs)["JOBSCOPE_RETENTION_DAYS"]
+    assert (env["JOBSCOPE_RECORDS_INTERVAL_S"], env["JOBSCOPE_RECORDS_MAX_BYTES"]) == (
+        "60",
+        "16777216",
+    )
+    assert schema_job_env(docs)["JOBSCOPE_ROLLUP_1M_RETENTION_DAYS"] == "400"
+    assert "JOBSCOPE_METRIC_REGISTRY" not in env and "JOBSCOPE_NOTE_RULES" not in env
+    small = schema_job_env(render("-f", str(CHART / "ci" / "small-site.yaml")))
+    assert "JOBSCOPE_ROLLUP_1M_RETENTION_DAYS" not in small
+
+
+def test_the_sites_registry_and_note_rules_reach_the_api_whole(tmp_path: Path) -> None:
+    """A site's registry and rules files (--set-file) become a ConfigMap mounted where the
+    API's settings point, and load as the API loads them (indentation kept)."""
+    from api import notes, registry
+    from api.infra.config import ApiSettings
+
+    repo = CHART.parents[1]
+    docs = render(
+        "-f", str(CHART / "ci" / "small-site.yaml"),
+        "--set-file", f"api.metricRegistry={repo / 'api' / 'registry.yaml'}",
+        "--set-file", f"api.noteRules={repo / 'api' / 'notes.yaml'}",
+    )  # fmt: skip
+    site = by_kind(docs, "ConfigMap")["t-jobscope-api-site"]["data"]
+    pod = by_kind(docs, "Deployment")["t-jobscope-api"]["spec"]["template"]["spec"]
+    env = env_of(pod["containers"][0])
+    (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "site-files"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "site-files"]
+    assert volume["configMap"]["name"] == "t-jobscope-api-site"
+    for name, key, load in (
+        ("JOBSCOPE_METRIC_REGISTRY", "registry.yaml", registry.load),
+        ("JOBSCOPE_NOTE_RULES", "notes.yaml", notes.load),
+    ):
+        assert env[name] == f"{mount['mountPath']}/{key}"
+        assert name.removeprefix("JOBSCOPE_").lower() in ApiSettings.model_fields
+        written = tmp_path / key
+        written.write_text(site[key])
+        assert load(written) == load(repo / "api" / key)
+    assert (
+        "checksum/site-files"
+        in by_kind(docs, "Deployment")["t-jobscope-api"]["spec"]["template"]["metadata"][
+            "annotations"
+        ]
+    )
