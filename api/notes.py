@@ -13,7 +13,6 @@ Errors name file, line and field.
 
 from __future__ import annotations
 
-import os
 import string
 import sys
 from fnmatch import fnmatchcase
@@ -21,20 +20,20 @@ from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 from urllib.parse import quote
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
 )
 
+from api import site_file
+from api.site_file import SiteFileError
+
 SHIPPED = Path(__file__).with_name("notes.yaml")
 """The rules jobscope ships (the default of JOBSCOPE_NOTE_RULES)."""
-MAX_FILE_BYTES = 256 * 1024
 SEVERITIES = ("info", "warning", "alert")
 """From the least to the worst."""
 COMMON_FIELDS = frozenset({"job_id", "user", "project", "duration_s", "rule"})
@@ -45,7 +44,7 @@ Fraction = Annotated[float, Field(ge=0, le=1)]
 Glob = Annotated[str, Field(pattern=_GLOB)]
 
 
-class NoteRulesError(ValueError):
+class NoteRulesError(SiteFileError):
     """An invalid rules file: each line reads `file:line: field: problem`."""
 
 
@@ -194,88 +193,30 @@ class Rules(_Strict):
 # ---- loading -----------------------------------------------------------------------------
 
 
+FILE = site_file.SiteFile(
+    Rules,
+    shipped=SHIPPED,
+    env="JOBSCOPE_NOTE_RULES",
+    entry_key="id",
+    shape="a mapping with a list of `rules`",
+    holds="rules",
+    error=NoteRulesError,
+)
+
+
 def load(path: Path) -> Rules:
     """The rules of `path`; NoteRulesError naming file:line: field: problem otherwise."""
-    try:
-        if path.stat().st_size > MAX_FILE_BYTES:
-            raise NoteRulesError(f"{path}:0: (file): larger than {MAX_FILE_BYTES} bytes")
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise NoteRulesError(f"{path}:0: (file): {exc.strerror or exc}") from exc
-    try:
-        _plain_yaml(path, text)
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.MarkedYAMLError as exc:
-        line = (exc.problem_mark.line + 1) if exc.problem_mark else 0
-        raise NoteRulesError(f"{path}:{line}: (yaml): {exc.problem}") from exc
-    if not isinstance(data, dict):
-        raise NoteRulesError(f"{path}:1: (file): a mapping with a list of `rules`")
-    try:
-        return Rules.model_validate(data)
-    except ValidationError as exc:
-        raise NoteRulesError("\n".join(_located(path, root, e) for e in exc.errors())) from exc
-
-
-def _plain_yaml(path: Path, text: str) -> None:
-    """Refuse anchors, aliases and tags: a rules file is plain data (no alias bombs, no
-    constructors, not even safe ones)."""
-    for event in yaml.parse(text, Loader=yaml.SafeLoader):
-        tagged = isinstance(event, yaml.NodeEvent) and getattr(event, "tag", None) is not None
-        if tagged or isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
-            line = event.start_mark.line + 1
-            what = "tags" if tagged else "anchors and aliases"
-            raise NoteRulesError(f"{path}:{line}: (yaml): {what} are not accepted in rules")
-
-
-def _located(path: Path, root: yaml.Node | None, error: Any) -> str:
-    """One pydantic error as `file:line: field: problem`, the line read from the YAML node;
-    rules[i] reads `rules[<id>]`."""
-    node, line, names = root, 1, []
-    for part in error["loc"]:
-        if str(part).startswith("function-"):
-            continue
-        if isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
-            node = node.value[part]
-            line = node.start_mark.line + 1
-            names[-1:] = [f"{names[-1] if names else ''}[{_rule_id(node) or part}]"]
-            continue
-        names.append(str(part))
-        child = _value(node, str(part))
-        if child is None:
-            break
-        node, line = child
-    return f"{path}:{line}: {'.'.join(names) or '(file)'}: {error['msg']}"
-
-
-def _value(node: yaml.Node | None, key: str) -> tuple[yaml.Node, int] | None:
-    if isinstance(node, yaml.MappingNode):
-        for k, v in node.value:
-            if k.value == key:
-                return v, k.start_mark.line + 1
-    return None
-
-
-def _rule_id(node: yaml.Node) -> str | None:
-    found = _value(node, "id")
-    return found[0].value if found and isinstance(found[0], yaml.ScalarNode) else None
-
-
-_current: Rules | None = None
+    return FILE.load(path)
 
 
 def use(path: Path) -> Rules:
     """Load `path` as the API's rules (create_app calls it: a bad file stops the start)."""
-    global _current
-    _current = load(path)
-    return _current
+    return FILE.use(path)
 
 
 def rules() -> Rules:
     """The API's rules: those create_app loaded, else JOBSCOPE_NOTE_RULES's file."""
-    if _current is None:
-        return use(Path(os.environ.get("JOBSCOPE_NOTE_RULES") or SHIPPED))
-    return _current
+    return FILE.current()
 
 
 # ---- evaluating ----------------------------------------------------------------------------
@@ -441,17 +382,7 @@ def _metadata(c: MetadataCondition, job: dict[str, Any], summary: dict[str, Any]
 
 def main(argv: list[str]) -> int:
     """`python -m api.notes check FILE...`: 0 when every file is valid."""
-    if len(argv) < 2 or argv[0] != "check":
-        print("usage: python -m api.notes check FILE...", file=sys.stderr)
-        return 2
-    status = 0
-    for name in argv[1:]:
-        try:
-            print(f"{name}: {len(load(Path(name)).rules)} rules")
-        except NoteRulesError as exc:
-            print(exc, file=sys.stderr)
-            status = 1
-    return status
+    return FILE.check(argv, "api.notes", lambda ruleset: f"{len(ruleset.rules)} rules")
 
 
 if __name__ == "__main__":

@@ -7,17 +7,17 @@ gets defaults inferred from its name's suffix (`inferred: true`), so lookups nev
 
 from __future__ import annotations
 
-import os
 import sys
-from collections.abc import Iterator
 from enum import StrEnum
 from fnmatch import fnmatchcase
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from api import site_file
+from api.site_file import SiteFileError
 
 SHIPPED = Path(__file__).with_name("registry.yaml")
 """The registry jobscope ships (the default of JOBSCOPE_METRIC_REGISTRY)."""
@@ -29,7 +29,7 @@ Aggregation = Literal["sum", "mean", "max", "min"]
 EnergyRole = Literal["bmc", "pdu", "wattmeter", "rapl", "gpu"]
 
 
-class RegistryError(ValueError):
+class RegistryError(SiteFileError):
     """An invalid registry file: each line reads `file:line: field: problem`."""
 
 
@@ -164,93 +164,20 @@ def infer(metric_id: str) -> MetricInfo:
     )
 
 
+FILE = site_file.SiteFile(
+    Registry,
+    shipped=SHIPPED,
+    env="JOBSCOPE_METRIC_REGISTRY",
+    entry_key="name",
+    shape="a mapping with energy_priority and metrics",
+    holds="a registry",
+    error=RegistryError,
+)
+
+
 def load(path: Path) -> Registry:
     """The registry of `path`; RegistryError naming file:line: field: problem otherwise."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise RegistryError(f"{path}:0: (file): {exc.strerror or exc}") from exc
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.MarkedYAMLError as exc:
-        line = (exc.problem_mark.line + 1) if exc.problem_mark else 0
-        context = exc.context_mark and f" ({exc.context} at line {exc.context_mark.line + 1})"
-        raise RegistryError(f"{path}:{line}: (yaml): {exc.problem}{context or ''}") from exc
-    if not isinstance(data, dict):
-        raise RegistryError(f"{path}:1: (file): a mapping with energy_priority and metrics")
-    if twice := list(_duplicate_keys(root, "")):
-        raise RegistryError(
-            "\n".join(f"{path}:{line}: {field}: given twice" for line, field in twice)
-        )
-    try:
-        return Registry.model_validate(data)
-    except ValidationError as exc:
-        lines = [_located(path, root, error) for error in exc.errors()]
-        raise RegistryError("\n".join(lines)) from exc
-
-
-def _located(path: Path, root: yaml.Node | None, error: Any) -> str:
-    """One pydantic error as `file:line: field: problem`, the line read from the YAML node."""
-    loc = [part for part in error["loc"] if not str(part).startswith("function-")]
-    node, line = root, 1
-    for part in loc:
-        child = _child(node, part)
-        if child is None:
-            break
-        node, line = child
-    field = _field_name(root, loc) or "(file)"
-    return f"{path}:{line}: {field}: {error['msg']}"
-
-
-def _duplicate_keys(node: yaml.Node | None, where: str) -> Iterator[tuple[int, str]]:
-    """Keys a mapping gives twice (YAML loaders keep the last silently): line, field."""
-    if isinstance(node, yaml.MappingNode):
-        seen: set[str] = set()
-        for key, value in node.value:
-            field = f"{where}.{key.value}" if where else str(key.value)
-            if key.value in seen:
-                yield key.start_mark.line + 1, field
-            seen.add(key.value)
-            yield from _duplicate_keys(value, field)
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            name = _entry_name(node, i)
-            yield from _duplicate_keys(item, f"{where}[{name or i}]")
-
-
-def _child(node: yaml.Node | None, part: Any) -> tuple[yaml.Node, int] | None:
-    if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
-            if key.value == str(part):
-                return value, key.start_mark.line + 1
-    if isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
-        item = node.value[part]
-        return item, item.start_mark.line + 1
-    return None
-
-
-def _field_name(root: yaml.Node | None, loc: list[Any]) -> str:
-    """metrics[3].unit reads `metrics[node_power].unit`: the entry by its name."""
-    out: list[str] = []
-    node = root
-    for part in loc:
-        if isinstance(part, int):
-            name = _entry_name(node, part)
-            out[-1:] = [f"{out[-1] if out else ''}[{name or part}]"]
-        else:
-            out.append(str(part))
-        child = _child(node, part)
-        node = child[0] if child else None
-    return ".".join(out)
-
-
-def _entry_name(node: yaml.Node | None, index: int) -> str | None:
-    if isinstance(node, yaml.SequenceNode) and index < len(node.value):
-        found = _child(node.value[index], "name")
-        if found and isinstance(found[0], yaml.ScalarNode):
-            return found[0].value
-    return None
+    return FILE.load(path)
 
 
 def describe(metric_id: str) -> dict[str, Any]:
@@ -265,38 +192,23 @@ def describe(metric_id: str) -> dict[str, Any]:
     }
 
 
-_current: Registry | None = None
-
-
 def use(path: Path) -> Registry:
     """Load `path` as the API's registry (create_app calls it: a bad file stops the start)."""
-    global _current
-    _current = load(path)
-    return _current
+    return FILE.use(path)
 
 
 def registry() -> Registry:
     """The API's registry: the one create_app loaded, else JOBSCOPE_METRIC_REGISTRY's file."""
-    if _current is None:
-        return use(Path(os.environ.get("JOBSCOPE_METRIC_REGISTRY") or SHIPPED))
-    return _current
+    return FILE.current()
 
 
 def main(argv: list[str]) -> int:
     """`python -m api.registry check FILE...`: 0 when every file is valid."""
-    if len(argv) < 2 or argv[0] != "check":
-        print("usage: python -m api.registry check FILE...", file=sys.stderr)
-        return 2
-    status = 0
-    for name in argv[1:]:
-        try:
-            reg = load(Path(name))
-        except RegistryError as exc:
-            print(exc, file=sys.stderr)
-            status = 1
-            continue
-        print(f"{name}: {len(reg.metrics)} entries, energy_priority {reg.energy_priority}")
-    return status
+    return FILE.check(
+        argv,
+        "api.registry",
+        lambda reg: f"{len(reg.metrics)} entries, energy_priority {reg.energy_priority}",
+    )
 
 
 if __name__ == "__main__":

@@ -252,19 +252,7 @@ def write_report_file(hook: Hook, job_id: str) -> str | None:
 def slurm_admin_comment(hook: Hook, slurm_id: str, text: str) -> None:
     """`scontrol update JobId=<id> AdminComment=<text>` (slurmctld's user may set it)."""
     command = shlex.split(hook.setting("JOBSCOPE_SCONTROL", "scontrol"))
-    argv = [*command, "update", f"JobId={slurm_id}", f"AdminComment={text}"]
-    env = dict(os.environ)
-    env.setdefault("PATH", DEFAULT_PATH)
-    try:
-        done = subprocess.run(
-            argv, env=env, capture_output=True, timeout=OARSTAT_TIMEOUT_SECONDS, check=False
-        )
-    except (OSError, subprocess.SubprocessError) as exc:
-        hook.log(f"cannot run {' '.join(argv)}: {exc}")
-        return
-    if done.returncode != 0:
-        stderr = " ".join(done.stderr.decode("utf-8", "replace").split())[:300]
-        hook.log(f"{' '.join(argv)} exited {done.returncode}: {stderr}")
+    run_tool(hook, [*command, "update", f"JobId={slurm_id}", f"AdminComment={text}"])
 
 
 def publish_report(hook: Hook, job_id: str, slurm_id: str = "") -> None:
@@ -392,10 +380,9 @@ OARSTAT_TIMEOUT_SECONDS = 15
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
-def oarstat(hook: Hook, job_id: str) -> dict[str, Any] | None:
-    """The job's entry in `oarstat -f -j <id> -J` (OAR 2.5 field names), or None (logged)."""
-    command = shlex.split(hook.setting("JOBSCOPE_OARSTAT", "oarstat"))
-    argv = [*command, "-f", "-j", job_id, "-J"]
+def run_tool(hook: Hook, argv: list[str]) -> bytes | None:
+    """A scheduler's command (oarstat, scontrol) run with a bounded time: its standard
+    output, or None when it could not run or failed (logged with its standard error)."""
     env = dict(os.environ)
     env.setdefault("PATH", DEFAULT_PATH)
     try:
@@ -409,8 +396,18 @@ def oarstat(hook: Hook, job_id: str) -> dict[str, Any] | None:
         stderr = " ".join(done.stderr.decode("utf-8", "replace").split())[:300]
         hook.log(f"{' '.join(argv)} exited {done.returncode}: {stderr}")
         return None
+    return done.stdout
+
+
+def oarstat(hook: Hook, job_id: str) -> dict[str, Any] | None:
+    """The job's entry in `oarstat -f -j <id> -J` (OAR 2.5 field names), or None (logged)."""
+    command = shlex.split(hook.setting("JOBSCOPE_OARSTAT", "oarstat"))
+    argv = [*command, "-f", "-j", job_id, "-J"]
+    stdout = run_tool(hook, argv)
+    if stdout is None:
+        return None
     try:
-        document = json.loads(done.stdout.decode("utf-8", "replace"))
+        document = json.loads(stdout.decode("utf-8", "replace"))
     except ValueError as exc:
         hook.log(f"{' '.join(argv)} printed no JSON document: {exc}")
         return None

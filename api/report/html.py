@@ -10,14 +10,20 @@ from typing import Any
 
 from api.report import svg
 from api.report.text import (
+    FOOTPRINT_HEAD,
+    FOOTPRINT_NUMERIC,
     METRICS_HEAD,
     METRICS_NUMERIC,
+    NODES_HEAD,
+    NODES_NUMERIC,
+    SOURCES_HEAD,
+    SOURCES_NUMERIC,
     energy_line,
+    footprint_rows,
     job_rows,
-    kwh,
     metric_rows,
-    number,
-    percent,
+    node_rows,
+    source_rows,
 )
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'"
@@ -52,48 +58,20 @@ def _table(head: list[str], rows: list[list[Any]], numeric: set[int] | None = No
 
 
 def _energy(report: dict[str, Any]) -> str:
-    summary = report["summary"]
     parts = [f'<p class="energy" id="job-energy">{escape(energy_line(report))}</p>']
-    nodes = summary.get("energy_nodes") or []
+    nodes = node_rows(report)
     if nodes:
-        rows = [
-            [
-                n["node"],
-                number(n["joules"]),
-                kwh(n["joules"]),
-                n.get("metric_id") or "",
-                n.get("role") or "",
-                percent(n.get("coverage")),
-                n.get("sources_count", ""),
-                percent((n.get("spread") or {}).get("relative")),
-            ]
-            for n in nodes
-        ]
-        head = ["node", "J", "kWh", "metric", "role", "coverage", "sources", "spread"]
-        parts.append(_table(head, rows, {1, 2, 5, 6, 7}))
-    duration = summary.get("duration_s") or 0.0
-    rows = [
-        [
-            e["node"],
-            e["metric_id"],
-            e.get("role") or "",
-            number(e["joules"]),
-            percent(e["covered_s"] / duration if duration else None),
-            ", ".join(e.get("sources") or []),
-            "yes" if e.get("pushed") else "",
-        ]
-        for e in summary.get("energy", [])
-    ]
-    if rows:
+        parts.append(_table(NODES_HEAD, nodes, NODES_NUMERIC))
+    sources = source_rows(report)
+    if sources:
         parts.append("<h3>per node and source</h3>")
-        head = ["node", "metric", "role", "J", "coverage", "sources", "pushed"]
-        parts.append(_table(head, rows, {3, 4}))
+        parts.append(_table(SOURCES_HEAD, sources, SOURCES_NUMERIC))
     return "".join(parts)
 
 
-def _notes(summary: dict[str, Any]) -> str:
+def _notes(report: dict[str, Any]) -> str:
     parts = []
-    notes = summary.get("notes") or []
+    notes = report["summary"].get("notes") or []
     if notes:
         items = "".join(
             f'<li class="{escape(str(n.get("severity", "")))}">'
@@ -102,22 +80,9 @@ def _notes(summary: dict[str, Any]) -> str:
             for n in notes
         )
         parts.append(f"<ul>{items}</ul>")
-    footprint = summary.get("footprint") or []
+    footprint = footprint_rows(report)
     if footprint:
-        rows = [
-            [
-                f.get("metric_id", ""),
-                f.get("unit", ""),
-                number(f.get("mean")),
-                number(f.get("p95")),
-                percent(f.get("position")),
-                number(f.get("above_caution_s")),
-                number(f.get("above_alert_s")),
-            ]
-            for f in footprint
-        ]
-        head = ["metric", "unit", "mean", "p95", "idle..peak", "above caution s", "alert s"]
-        parts.append(_table(head, rows, {2, 3, 4, 5, 6}))
+        parts.append(_table(FOOTPRINT_HEAD, footprint, FOOTPRINT_NUMERIC))
     return "".join(parts) or "<p>none</p>"
 
 
@@ -146,7 +111,7 @@ def render(report: dict[str, Any]) -> str:
         + "<h2>Energy</h2>"
         + _energy(report)
         + "<h2>Footprint and notes</h2>"
-        + _notes(report["summary"])
+        + _notes(report)
         + f"<h2>Plots</h2><p>one point per {step} s (mean of each step)</p>"
         + (plots or "<p>no readings to plot</p>")
         + "<h2>Metrics</h2>"

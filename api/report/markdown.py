@@ -8,7 +8,18 @@ from __future__ import annotations
 from typing import Any
 
 from api.report.svg import bounds, fmt_value
-from api.report.text import METRICS_HEAD, energy_line, job_rows, metric_rows, number, percent
+from api.report.text import (
+    FOOTPRINT_HEAD,
+    FOOTPRINT_SHORT,
+    METRICS_HEAD,
+    SOURCES_HEAD,
+    columns,
+    energy_line,
+    footprint_rows,
+    job_rows,
+    metric_rows,
+    source_rows,
+)
 
 
 def cell(value: Any) -> str:
@@ -30,35 +41,15 @@ def render(report: dict[str, Any]) -> str:
     lines = [f"# jobscope report: job {cell(job['job_id'])}", ""]
     lines += _table(["", ""], job_rows(report))
     lines += ["## Energy", "", f"**{cell(energy_line(report))}**", ""]
-    duration = summary.get("duration_s") or 0.0
-    energy = [
-        [
-            e["node"],
-            e["metric_id"],
-            e.get("role") or "",
-            number(e["joules"]),
-            percent(e["covered_s"] / duration if duration else None),
-            ", ".join(e.get("sources") or []),
-            "yes" if e.get("pushed") else "",
-        ]
-        for e in summary.get("energy", [])
-    ]
-    if energy:
-        lines += _table(["node", "metric", "role", "J", "coverage", "sources", "pushed"], energy)
+    sources = source_rows(report)
+    if sources:
+        lines += _table(SOURCES_HEAD, sources)
     lines += ["## Footprint and notes", ""]
     notes = summary.get("notes") or []
     lines += [f"- **{cell(n.get('severity', ''))}**: {cell(n.get('text', ''))}" for n in notes]
-    footprint = [
-        [
-            f.get("metric_id", ""),
-            f.get("unit", ""),
-            number(f.get("mean")),
-            percent(f.get("position")),
-        ]
-        for f in summary.get("footprint") or []
-    ]
+    footprint = footprint_rows(report)
     if footprint:
-        lines += ["", *_table(["metric", "unit", "mean", "idle..peak"], footprint)]
+        lines += ["", *_table(*columns(FOOTPRINT_HEAD, footprint, FOOTPRINT_SHORT))]
     if not notes and not footprint:
         lines.append("none")
     lines += [

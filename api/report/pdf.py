@@ -10,7 +10,18 @@ from typing import Any
 from fpdf import FPDF
 
 from api.report import svg
-from api.report.text import METRICS_HEAD, energy_line, job_rows, metric_rows, number, percent
+from api.report.text import (
+    FOOTPRINT_HEAD,
+    FOOTPRINT_SHORT,
+    METRICS_HEAD,
+    SOURCES_HEAD,
+    columns,
+    energy_line,
+    footprint_rows,
+    job_rows,
+    metric_rows,
+    source_rows,
+)
 
 PAGE_W = 190.0  # A4 less 10 mm margins
 PLOT_H = 60.0
@@ -109,25 +120,10 @@ def render(report: dict[str, Any]) -> bytes:
     _heading(pdf, "Energy")
     pdf.set_font("helvetica", "B", 10)
     pdf.multi_cell(0, 6, _latin1(energy_line(report)), new_x="LMARGIN", new_y="NEXT")
-    duration = summary.get("duration_s") or 0.0
-    energy = [
-        [
-            e["node"],
-            e["metric_id"],
-            e.get("role") or "",
-            number(e["joules"]),
-            percent(e["covered_s"] / duration if duration else None),
-            ", ".join(e.get("sources") or []),
-        ]
-        for e in summary.get("energy", [])
-    ]
-    if energy:
-        _table(
-            pdf,
-            ["node", "metric", "role", "J", "coverage", "sources"],
-            energy,
-            [30, 45, 15, 30, 20, 50],
-        )
+    sources = source_rows(report)
+    if sources:
+        keep = [name for name in SOURCES_HEAD if name != "pushed"]
+        _table(pdf, *columns(SOURCES_HEAD, sources, keep), [30, 45, 15, 30, 20, 50])
     _heading(pdf, "Footprint and notes")
     pdf.set_font("helvetica", size=8)
     notes = summary.get("notes") or []
@@ -139,17 +135,9 @@ def render(report: dict[str, Any]) -> bytes:
             new_x="LMARGIN",
             new_y="NEXT",
         )
-    footprint = [
-        [
-            f.get("metric_id", ""),
-            f.get("unit", ""),
-            number(f.get("mean")),
-            percent(f.get("position")),
-        ]
-        for f in summary.get("footprint") or []
-    ]
+    footprint = footprint_rows(report)
     if footprint:
-        _table(pdf, ["metric", "unit", "mean", "idle..peak"], footprint, [80, 20, 45, 45])
+        _table(pdf, *columns(FOOTPRINT_HEAD, footprint, FOOTPRINT_SHORT), [80, 20, 45, 45])
     if not notes and not footprint:
         pdf.cell(0, 5, "none", new_x="LMARGIN", new_y="NEXT")
     _heading(pdf, "Plots")

@@ -1,4 +1,6 @@
-"""Words and numbers every report format prints alike: the job's facts, its energy line."""
+"""Words and numbers every report format prints alike: the job's facts, its energy line,
+the rows of its tables (each format only renders them: HTML cells, Markdown pipes, PDF
+cells; a narrow one keeps some `columns`)."""
 
 from __future__ import annotations
 
@@ -80,3 +82,78 @@ def metric_rows(report: dict[str, Any]) -> list[list[Any]]:
             ]
         )
     return rows
+
+
+NODES_HEAD = ["node", "J", "kWh", "metric", "role", "coverage", "sources", "spread"]
+"""The energy of each node: its best source, how much of the job it covers, how far the
+node's sources disagree."""
+NODES_NUMERIC = {1, 2, 5, 6, 7}
+
+
+def node_rows(report: dict[str, Any]) -> list[list[Any]]:
+    return [
+        [
+            n["node"],
+            number(n["joules"]),
+            kwh(n["joules"]),
+            n.get("metric_id") or "",
+            n.get("role") or "",
+            percent(n.get("coverage")),
+            n.get("sources_count", ""),
+            percent((n.get("spread") or {}).get("relative")),
+        ]
+        for n in report["summary"].get("energy_nodes") or []
+    ]
+
+
+SOURCES_HEAD = ["node", "metric", "role", "J", "coverage", "sources", "pushed"]
+"""The energy of each node and source (metric), coverage the share of the job it covers."""
+SOURCES_NUMERIC = {3, 4}
+
+
+def source_rows(report: dict[str, Any]) -> list[list[Any]]:
+    summary = report["summary"]
+    duration = summary.get("duration_s") or 0.0
+    return [
+        [
+            e["node"],
+            e["metric_id"],
+            e.get("role") or "",
+            number(e["joules"]),
+            percent(e["covered_s"] / duration if duration else None),
+            ", ".join(e.get("sources") or []),
+            "yes" if e.get("pushed") else "",
+        ]
+        for e in summary.get("energy", [])
+    ]
+
+
+FOOTPRINT_HEAD = ["metric", "unit", "mean", "p95", "idle..peak", "above caution s", "alert s"]
+"""Where each key metric sat over the job: idle..peak its mean's position between the
+registry's idle and peak."""
+FOOTPRINT_NUMERIC = {2, 3, 4, 5, 6}
+FOOTPRINT_SHORT = ["metric", "unit", "mean", "idle..peak"]
+"""The footprint columns the Markdown and PDF reports keep."""
+
+
+def footprint_rows(report: dict[str, Any]) -> list[list[Any]]:
+    return [
+        [
+            f.get("metric_id", ""),
+            f.get("unit", ""),
+            number(f.get("mean")),
+            number(f.get("p95")),
+            percent(f.get("position")),
+            number(f.get("above_caution_s")),
+            number(f.get("above_alert_s")),
+        ]
+        for f in report["summary"].get("footprint") or []
+    ]
+
+
+def columns(
+    head: list[str], rows: list[list[Any]], keep: list[str]
+) -> tuple[list[str], list[list[Any]]]:
+    """Only the columns `keep` of a table, in its order (a narrower format's choice)."""
+    picked = [i for i, name in enumerate(head) if name in keep]
+    return [head[i] for i in picked], [[row[i] for i in picked] for row in rows]

@@ -100,6 +100,28 @@ def test_a_good_file_loads(tmp_path: Path) -> None:
     assert reg.lookup("node_power_watt").idle == 100
 
 
+def test_a_registry_file_is_plain_data(tmp_path: Path) -> None:
+    """A registry is a site file like the note rules: no YAML tag (not even a safe one) is
+    constructed, no alias bomb is expanded, no file past the size bound is read."""
+    marker = tmp_path / "pwned"
+    tagged = GOOD.replace(
+        "metrics:", f"metrics: !!python/object/apply:os.system ['touch {marker}']"
+    )
+    bomb = 'a: &a ["x","x","x","x","x","x","x","x","x"]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\n'
+    huge = GOOD + "# " + "x" * (256 * 1024) + "\n"
+    for text, refusal in (
+        (tagged, "2: (yaml): tags are not accepted"),
+        ("energy_priority: !!str bmc\n", "1: (yaml): tags are not accepted"),
+        (bomb + GOOD, "1: (yaml): anchors and aliases are not accepted"),
+        (huge, "0: (file): larger than"),
+    ):
+        path = write(tmp_path, text)
+        with pytest.raises(RegistryError) as caught:
+            load(path)
+        assert str(caught.value).startswith(f"{path}:{refusal}"), caught.value
+    assert not marker.exists()
+
+
 def test_lookup_exact_then_pattern_then_inferred() -> None:
     reg = Registry.model_validate(
         {
