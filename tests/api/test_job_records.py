@@ -50,6 +50,12 @@ def records_api(clickhouse: StackSettings, api_url: str) -> Iterator[str]:
         services.process(clickhouse, name).stop(timeout=30)
 
 
+RECORD_WAIT_S = 180
+"""A record lands after a refresher round, which computes the due records of every ended job
+of the worker's shared stack (the earliest ended first), then ClickHouse's Kafka flush: on
+a loaded 2-core run that took over 60 s."""
+
+
 def utc_now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None, microsecond=0)
 
@@ -137,7 +143,7 @@ def test_job_past_raw_retention_answers_from_its_record(
     start = utc_now() - timedelta(days=3)
     insert_readings(bmc_power(node, start))
     ended_job(post_job, job_id, node, start)
-    before = wait_until(lambda: from_record(records_api, job_id), 60, "the job's record")
+    before = wait_until(lambda: from_record(records_api, job_id), RECORD_WAIT_S, "the job's record")
     assert before["energy_job"]["joules"] == 6000.0
     admin_client.command(
         "ALTER TABLE metrics DELETE WHERE device_id = {node:String}",
@@ -160,7 +166,9 @@ def test_job_past_raw_retention_answers_from_its_record(
     )
     assert edit.status_code in (200, 202), edit.text
     version = before["record"]["version"]
-    after = wait_until(lambda: from_record(records_api, job_id, version), 60, "the edit's record")
+    after = wait_until(
+        lambda: from_record(records_api, job_id, version), RECORD_WAIT_S, "the edit's record"
+    )
     assert after["energy_job"] == before["energy_job"] and after["metrics"] == before["metrics"]
     project = admin_client.command(
         "SELECT project FROM job_records FINAL WHERE job_id = {j:String}", parameters={"j": job_id}
@@ -180,7 +188,7 @@ def test_late_reading_and_edit_each_recompute_once(
     start = utc_now() - timedelta(minutes=10)
     insert_readings(bmc_power(node, start))
     ended_job(post_job, job_id, node, start)
-    first = wait_until(lambda: from_record(records_api, job_id), 60, "the job's record")
+    first = wait_until(lambda: from_record(records_api, job_id), RECORD_WAIT_S, "the job's record")
     assert first["energy_job"]["joules"] == 6000.0
 
     def round_done(sentinel: int) -> None:
@@ -189,13 +197,15 @@ def test_late_reading_and_edit_each_recompute_once(
         other = f"{p}_sentinel{sentinel}"
         insert_readings(bmc_power(f"{p}-node-9", start))
         ended_job(post_job, other, f"{p}-node-9", start + timedelta(seconds=1))
-        wait_until(lambda: from_record(records_api, other), 60, "the sentinel's record")
+        wait_until(lambda: from_record(records_api, other), RECORD_WAIT_S, "the sentinel's record")
 
     # a reading of the job's span stored now: 1,000 W between two of 100 W, 0.5 s from each
     # (the trapezoids over that second: 550 J instead of 100 J)
     insert_readings([[start + timedelta(seconds=30.5), node, "bmc_power_watt", 1000.0, {}]])
     version = first["record"]["version"]
-    late = wait_until(lambda: from_record(records_api, job_id, version), 60, "the late record")
+    late = wait_until(
+        lambda: from_record(records_api, job_id, version), RECORD_WAIT_S, "the late record"
+    )
     assert late["energy_job"]["joules"] == pytest.approx(6000.0 + 450.0)
     round_done(1)
     headers = {"Authorization": f"Bearer {api_tokens['scheduler']}"}
@@ -204,7 +214,9 @@ def test_late_reading_and_edit_each_recompute_once(
     )
     assert edit.status_code in (200, 202), edit.text
     version = late["record"]["version"]
-    edited = wait_until(lambda: from_record(records_api, job_id, version), 60, "the edit's record")
+    edited = wait_until(
+        lambda: from_record(records_api, job_id, version), RECORD_WAIT_S, "the edit's record"
+    )
     assert edited["energy_job"] == late["energy_job"]
     round_done(2)
     records = published(clickhouse, job_id)
