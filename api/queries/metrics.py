@@ -285,12 +285,20 @@ def _full_buckets(start: datetime, end: datetime, width: int) -> tuple[datetime,
     return first, max(first, last)
 
 
-def stepped_rows(s: Selection, step_s: int, agg: str, params: dict[str, Any]) -> str:
-    """One row per series and bucket of `step_s` seconds (aligned on the Unix epoch), the
-    bucket's start as its time. Whole rollup buckets inside the span come from the rollup;
-    the span's ragged ends, and steps no rollup tiles, from raw readings. A node's aliased
-    devices are summed bucket by bucket (the sum of their aggregates)."""
-    parts, final = AGGS[agg]
+def _stepped_states(
+    s: Selection,
+    step_s: int,
+    parts: tuple[str, ...],
+    params: dict[str, Any],
+    lab: str = "labels",
+    pending: bool = True,
+) -> str:
+    """SQL of the partial aggregates `parts` per series and bucket (`t`, `device_id`,
+    `metric_id`, `labels_hash`, `lab`: the SQL `lab` of the series' labels, `p_<part>`),
+    several rows per bucket to merge: whole rollup buckets inside the span from the rollup,
+    the span's ragged ends, and steps no rollup tiles, from raw readings. `pending`: also
+    the buckets the rollup does not hold whole yet from raw readings (False: the caller
+    knows there are none)."""
     params.update(_params(s))
     params["step"] = step_s
     extra = "".join(f" AND {c}" for c in _filters(s, params))
@@ -300,37 +308,45 @@ def stepped_rows(s: Selection, step_s: int, agg: str, params: dict[str, Any]) ->
     def raw_states(span: str = f"metrics.timestamp BETWEEN {_SPAN}") -> str:
         return (
             f"SELECT {_BUCKET.format(time='metrics.timestamp')} AS t, device_id, metric_id, "
-            f"sipHash64(metrics.labels) AS labels_hash, any(labels) AS lab, {raw_cols} "
+            f"sipHash64(metrics.labels) AS labels_hash, any({lab}) AS lab, {raw_cols} "
             f"FROM metrics WHERE {span} AND {_reach(s, 'metrics')}{extra} GROUP BY t, {series}"
         )
 
     rollup = rollup_for(step_s)
     if rollup is None:
-        states = raw_states()
-    else:
-        width, table = rollup
-        params["full_from"], params["full_to"] = _full_buckets(s.start, s.end, width)
-        rollup_cols = ", ".join(f"{_PARTS[p].rollup} AS p_{p}" for p in parts)
-        view, bucket_of = _PENDING[table]
-        pending = (
-            f"(SELECT device_id, bucket FROM {view} WHERE device_id IN {{devices:Array(String)}} "
-            "OR device_id IN {aliased:Array(String)})"
+        return raw_states()
+    width, table = rollup
+    params["full_from"], params["full_to"] = _full_buckets(s.start, s.end, width)
+    rollup_cols = ", ".join(f"{_PARTS[p].rollup} AS p_{p}" for p in parts)
+    view, bucket_of = _PENDING[table]
+    held = (
+        f"(SELECT device_id, bucket FROM {view} WHERE device_id IN {{devices:Array(String)}} "
+        "OR device_id IN {aliased:Array(String)})"
+    )
+    return (
+        f"SELECT bucket AS t, {series}, {lab} AS lab, {rollup_cols} FROM {table} "
+        "WHERE bucket >= {full_from:DateTime64(6, 'UTC')} "
+        f"AND bucket < {{full_to:DateTime64(6, 'UTC')}} AND {_reach(s, table)}{extra} "
+        + (f"AND (device_id, bucket) NOT IN {held} " if pending else "")
+        + "UNION ALL "
+        # the ragged ends, as two ranges the primary key can find, and the buckets the
+        # rollup does not hold whole yet
+        + raw_states(
+            f"metrics.timestamp BETWEEN {_SPAN} "
+            "AND (metrics.timestamp < {full_from:DateTime64(6, 'UTC')} "
+            "OR metrics.timestamp >= {full_to:DateTime64(6, 'UTC')}"
+            + (f" OR (device_id, {bucket_of}(metrics.timestamp)) IN {held})" if pending else ")")
         )
-        states = (
-            f"SELECT bucket AS t, {series}, labels AS lab, {rollup_cols} FROM {table} "
-            "WHERE bucket >= {full_from:DateTime64(6, 'UTC')} "
-            f"AND bucket < {{full_to:DateTime64(6, 'UTC')}} AND {_reach(s, table)}{extra} "
-            f"AND (device_id, bucket) NOT IN {pending} "
-            "UNION ALL "
-            # the ragged ends, as two ranges the primary key can find, and the buckets the
-            # rollup does not hold whole yet
-            + raw_states(
-                f"metrics.timestamp BETWEEN {_SPAN} "
-                "AND (metrics.timestamp < {full_from:DateTime64(6, 'UTC')} "
-                "OR metrics.timestamp >= {full_to:DateTime64(6, 'UTC')} "
-                f"OR (device_id, {bucket_of}(metrics.timestamp)) IN {pending})"
-            )
-        )
+    )
+
+
+def stepped_rows(s: Selection, step_s: int, agg: str, params: dict[str, Any]) -> str:
+    """One row per series and bucket of `step_s` seconds (aligned on the Unix epoch), the
+    bucket's start as its time. Whole rollup buckets inside the span come from the rollup;
+    the span's ragged ends, and steps no rollup tiles, from raw readings. A node's aliased
+    devices are summed bucket by bucket (the sum of their aggregates)."""
+    parts, final = AGGS[agg]
+    states = _stepped_states(s, step_s, parts, params)
     merged_cols = ", ".join(f"{_PARTS[p].merge}(p_{p}) AS p_{p}" for p in parts)
     buckets = (
         f"SELECT ts, device_id, metric_id, labels, {final} AS value FROM ("
@@ -349,6 +365,62 @@ def stepped_rows(s: Selection, step_s: int, agg: str, params: dict[str, Any]) ->
             f"WHERE b.labels['{ALIAS}'] IN {{devices:Array(String)}}",
         )
     return _keep_only(s, rows, params)
+
+
+def pending_in_span(s: Selection, step_s: int, params: dict[str, Any]) -> str | None:
+    """SQL of whether the rollup serving buckets of `step_s` lacks a whole bucket of the
+    selection's devices (or of those measuring them) inside its span: 1 or 0, from the small
+    view of pending buckets. None when no rollup serves the step."""
+    rollup = rollup_for(step_s)
+    if rollup is None:
+        return None
+    width, table = rollup
+    params.update(_params(s))
+    params["full_from"], params["full_to"] = _full_buckets(s.start, s.end, width)
+    return (
+        f"SELECT count() > 0 FROM (SELECT 1 FROM {_PENDING[table][0]} "
+        "WHERE (device_id IN {devices:Array(String)} OR device_id IN {aliased:Array(String)}) "
+        "AND bucket >= {full_from:DateTime64(6, 'UTC')} "
+        "AND bucket < {full_to:DateTime64(6, 'UTC')} LIMIT 1)"
+    )
+
+
+def stepped_node_values(
+    s: Selection, step_s: int, aggs: dict[str, str], params: dict[str, Any], pending: bool = True
+) -> str:
+    """SQL of every series' value per bucket as `stepped_rows` computes it, by the selected
+    device it counts for (the node view: `measured` and `only` do not apply): `ts`, `node`
+    (the series' own device, or the one its `_device_alias` names), `metric_id`, `aliased`
+    (summed under the node, as `stepped_rows` sums them), `value`. `aggs`: the aggregate of
+    AGGS by metric id (the selection's metrics), so that one pass over the rollup serves
+    metrics aggregated differently. `pending`: as for `_stepped_states` (False only when
+    `pending_in_span` found none)."""
+    by_agg: dict[str, list[str]] = {}
+    for metric, agg in sorted(aggs.items()):
+        by_agg.setdefault(agg, []).append(metric)
+    needed = {p for agg in by_agg for p in AGGS[agg][0]}
+    parts = tuple(p for p in _PARTS if p in needed)
+    *chosen, otherwise = sorted(by_agg)
+    choices = []
+    for i, agg in enumerate(chosen):
+        params[f"agg_metrics_{i}"] = by_agg[agg]
+        choices += [f"metric_id IN {{agg_metrics_{i}:Array(String)}}", AGGS[agg][1]]
+    final = AGGS[otherwise][1]
+    if choices:
+        final = f"multiIf({', '.join(choices)}, {final})"
+    states = _stepped_states(s, step_s, parts, params, lab=f"labels['{ALIAS}']", pending=pending)
+    merged_cols = ", ".join(f"{_PARTS[p].merge}(p_{p}) AS p_{p}" for p in parts)
+    buckets = (
+        f"SELECT toDateTime64({_BUCKET.format(time='t')}, 6, 'UTC') AS ts, "
+        f"device_id, metric_id, labels_hash, any(lab) AS alias, {merged_cols} "
+        f"FROM ({states}) GROUP BY ts, device_id, metric_id, labels_hash"
+    )
+    own = "if(device_id IN {devices:Array(String)}, [(toString(device_id), false)], [])"
+    summed = "if(alias IN {devices:Array(String)}, [(alias, true)], [])"
+    return (
+        f"SELECT ts, target.1 AS node, metric_id, target.2 AS aliased, {final} AS value "
+        f"FROM ({buckets}) ARRAY JOIN arrayConcat({own}, {summed}) AS target"
+    )
 
 
 def holds_more(client: Client, rows: str, params: dict[str, Any], most: int) -> bool:

@@ -154,8 +154,11 @@ def _plots(
     key = sorted(m for m in present - set(power) if reg.lookup(m).key)
     counters = [m for m in key if reg.lookup(m).kind != Kind.GAUGE]
     gauges = [m for m in key if m not in counters]
-    rows = node_series(client, selection, power + gauges, step, "avg")
-    rows += [_as_rate(r, step) for r in node_series(client, selection, counters, step, "last")]
+    aggs = {m: "avg" for m in power + gauges} | {m: "last" for m in counters}
+    rows = [
+        _as_rate(r, step) if r["metric_id"] in counters else r
+        for r in node_series(client, selection, aggs, step)
+    ]
     by_metric: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         info = reg.lookup(row["metric_id"])
