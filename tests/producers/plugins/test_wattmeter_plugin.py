@@ -368,7 +368,7 @@ def test_command_form_reads_stdout_and_restarts_it(meters: Wattmetres) -> None:
         poll_until(
             plugin,
             lambda r: bool(errors) and plugin.stream.sessions >= 2 and len(r) >= 8,
-            15,
+            45,  # two starts of a Python simulator and a retry: 15 s was short on a loaded run
             "two runs of the command",
             errors,
         )
