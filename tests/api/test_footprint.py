@@ -157,3 +157,10 @@ def test_jobs_filtered_and_sorted_by_their_records(
     assert running.status_code == 200
     refused = httpx.get(f"{api_url}/api/jobs", params={"sort": "__class__"}, timeout=30)
     assert refused.status_code == 400 and "sort" in refused.text
+    # the attack: SQL in the filters stays a value (bound, never pasted into the query)
+    injected = "node-silent') OR 1=1 --"
+    assert ids(note=injected) == []
+    unknown_metric = ids(sort="-efficiency", position_metric=injected)  # no such metric: all
+    assert sorted(unknown_metric) == ["a", "b", "c", "d", "running"]
+    sorting = httpx.get(f"{api_url}/api/jobs", params={"sort": "energy, 1"}, timeout=30)
+    assert sorting.status_code == 400 and "sort" in sorting.text
