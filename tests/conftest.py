@@ -116,7 +116,9 @@ def new_topic(bootstrap: str, prefix: str, partitions: int = 3) -> str:
 
     def ready() -> bool:
         metadata = admin.list_topics(topic, timeout=5).topics[topic]
-        return metadata.error is None and len(metadata.partitions) == partitions
+        parts = metadata.partitions.values()
+        led = all(part.leader >= 0 and part.error is None for part in parts)
+        return metadata.error is None and len(parts) == partitions and led
 
     wait_until(ready, 10, f"topic {topic}")
     return topic

@@ -30,7 +30,7 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from kafka.message import unpack
 from kafka.reading import Reading
@@ -38,6 +38,16 @@ from kafka.reading import Reading
 log = logging.getLogger("jobscope.api.live")
 _POLL_S = 0.05
 _ERROR_LOG_EVERY_S = 30.0
+_LEADER_WAIT_S = 15.0
+"""How long a partition may lack a leader (a topic just made, a broker just restarted)
+before a first subscription fails."""
+_LEADER_CHANGING = frozenset(
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+    }
+)
 _STALL_S = 5.0
 """How often the consumer's progress is checked against the partitions' ends."""
 
@@ -100,6 +110,20 @@ class _Progress:
         if last is None or not last[0] == position < last[1]:
             return False
         return end > last[1] or self.replaced_at.get(partition) != position
+
+
+def _end_offset(consumer: Consumer, tp: TopicPartition) -> int:
+    """The partition's end, waiting up to `_LEADER_WAIT_S` while its leader is changing."""
+    deadline = time.monotonic() + _LEADER_WAIT_S
+    while True:
+        try:
+            return int(consumer.get_watermark_offsets(tp, timeout=10)[1])
+        except KafkaException as exc:
+            changing = exc.args[0].code() in _LEADER_CHANGING
+            if not changing or time.monotonic() > deadline:
+                raise
+            log.info("live: %s[%d] has no leader yet (%s)", tp.topic, tp.partition, exc)
+            time.sleep(0.2)
 
 
 class ReadingsHub:
@@ -180,8 +204,7 @@ class ReadingsHub:
                 raise RuntimeError(f"topic {self.topic}: {metadata.error.str()}")
             positions = {}
             for partition in sorted(metadata.partitions):
-                tp = TopicPartition(self.topic, partition)
-                positions[partition] = consumer.get_watermark_offsets(tp, timeout=10)[1]
+                positions[partition] = _end_offset(consumer, TopicPartition(self.topic, partition))
         except Exception:
             consumer.close()
             raise

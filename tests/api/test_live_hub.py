@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Message, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from api.live import hub as hub_module
 from api.live.hub import ReadingsHub, Subscription, _Progress
@@ -119,3 +119,33 @@ def test_the_stall_check_replaces_once_per_position_unless_the_partition_grows()
     assert not progress.stalled(0, 10, 11)
     assert progress.stalled(0, 10, 12)  # it grew and the consumer still did not move
     assert not progress.stalled(0, 11, 12)  # it moved
+
+
+class LeaderChanging:
+    """A real consumer whose first `failures` end-offset requests fail as a broker does while
+    a partition's leader changes (the mocked part: a leader election cannot be timed)."""
+
+    def __init__(self, consumer: Consumer, failures: int, code: int) -> None:
+        self.consumer, self.failures, self.code = consumer, failures, code
+
+    def get_watermark_offsets(self, tp: TopicPartition, timeout: float) -> tuple[int, int]:
+        if self.failures > 0:
+            self.failures -= 1
+            raise KafkaException(KafkaError(self.code))
+        return self.consumer.get_watermark_offsets(tp, timeout=timeout)
+
+
+def test_a_partition_without_a_leader_yet_is_waited_for(kafka: str, topic: str) -> None:
+    _publish(kafka, topic, range(3))
+    real = ReadingsHub(kafka, topic)._new_consumer()
+    try:
+        tp = TopicPartition(topic, 0)
+        expected = real.get_watermark_offsets(tp, timeout=10)[1]
+        changing = LeaderChanging(real, 3, KafkaError.NOT_LEADER_FOR_PARTITION)
+        assert hub_module._end_offset(changing, tp) == expected  # type: ignore[arg-type]
+        assert changing.failures == 0
+        broken = LeaderChanging(real, 1, KafkaError.TOPIC_AUTHORIZATION_FAILED)
+        with pytest.raises(KafkaException):
+            hub_module._end_offset(broken, tp)  # type: ignore[arg-type]
+    finally:
+        real.close()
