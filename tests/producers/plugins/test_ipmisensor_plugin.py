@@ -272,10 +272,15 @@ def _children(name: str) -> list[int]:
     """PIDs of this process's live children running `name`."""
     pids = []
     for task in Path(f"/proc/{os.getpid()}/task").iterdir():
-        for pid in (task / "children").read_text().split():
-            try:
-                if Path(f"/proc/{pid}/comm").read_text().strip() == name:
-                    pids.append(int(pid))
-            except FileNotFoundError:
-                pass
+        for pid in _read(task / "children").split():
+            if _read(Path(f"/proc/{pid}/comm")).strip() == name:
+                pids.append(int(pid))
     return pids
+
+
+def _read(path: Path) -> str:
+    """A /proc file's text, or "" when its thread or process ended while being listed."""
+    try:
+        return path.read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return ""
