@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import socket
@@ -25,6 +26,9 @@ from producers.plugins.wattmeter.options import Command, Tcp
 
 RETRY_MIN_S = 0.5
 _STDERR_KEPT = 2000
+_CLOSE_WAIT_S = 5.0
+
+log = logging.getLogger(__name__)
 
 
 class Taken(NamedTuple):
@@ -155,11 +159,16 @@ class Stream:
             )
 
     async def close(self) -> None:
+        """Stop reading; waits for the reader at most `_CLOSE_WAIT_S` (a command whose exit
+        the event loop is never told of must not hold a producer's shutdown)."""
         task, self._task = self._task, None
-        if task is not None:
+        if task is not None and not task.done():
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            done, _ = await asyncio.wait({task}, timeout=_CLOSE_WAIT_S)
+            if not done:
+                log.warning(
+                    "wattmeter %s: its reader did not stop within %g s", self.source, _CLOSE_WAIT_S
+                )
         self._close_transport()
 
     async def _run(self) -> None:

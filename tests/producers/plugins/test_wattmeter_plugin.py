@@ -364,16 +364,26 @@ def test_command_form_reads_stdout_and_restarts_it(meters: Wattmetres) -> None:
         entry("wm-cmd", url="wattmeter:///?version=3", options={"command": argv, "retry_max_s": 1})
     )
     errors: list[str] = []
-    readings = asyncio.run(
-        poll_until(
-            plugin,
-            lambda r: bool(errors) and plugin.stream.sessions >= 2 and len(r) >= 8,
-            45,  # two starts of a Python simulator and a retry: 15 s was short on a loaded run
-            "two runs of the command",
-            errors,
-        )
-    )
-    asyncio.run(plugin.close())
+
+    async def two_runs() -> list[Reading]:
+        try:
+            return await poll_until(
+                plugin,
+                lambda r: bool(errors) and plugin.stream.sessions >= 2 and len(r) >= 8,
+                45,  # two starts of a Python simulator and a retry: 15 s was short on a loaded run
+                f"two runs of the command (sessions {plugin.stream.sessions}, errors {errors})",
+                errors,
+            )
+        finally:
+            await plugin.close()
+
+    # Not asyncio.run: should the reader not stop (close() logs it), the test fails at once
+    # instead of waiting on it for ever.
+    loop = asyncio.new_event_loop()
+    try:
+        readings = loop.run_until_complete(two_runs())
+    finally:
+        loop.close()
     assert sorted(by_device(readings)) == [f"wm-cmd-port{i}" for i in range(4)]
     assert errors[0] == f"wattmeter command {' '.join(argv)}: command exited with status 0"
 
