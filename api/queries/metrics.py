@@ -129,15 +129,15 @@ def _reach(s: Selection, table: str) -> str:
     return f"({own} OR {_aliased_rows(table)})" if s.aliased else own
 
 
-def reached_metrics(s: Selection, params: dict[str, Any]) -> str:
-    """SQL of the metric ids of the rows a selection reaches (its devices' and their aliased
-    devices', filters applied): one column read, for what must be known of them first."""
+def known_metrics(s: Selection, params: dict[str, Any]) -> str:
+    """SQL of the metric ids the selection's devices (and their aliased devices) ever had:
+    a superset of the metrics its rows hold, from `metrics_latest` (a row per series) in
+    milliseconds where the rows take a scan. `metrics_latest` is fed by the 1-minute
+    rollups' refresh: a metric newer than the last refresh is not there yet."""
     params.update(_params(s))
-    extra = "".join(f" AND {c}" for c in _filters(s, params))
     return (
-        "SELECT DISTINCT metric_id FROM metrics WHERE metrics.timestamp BETWEEN "
-        f"{_SPAN} AND (device_id IN {{devices:Array(String)}} "
-        f"OR device_id IN {{aliased:Array(String)}}){extra}"
+        "SELECT DISTINCT metric_id FROM metrics_latest "
+        "WHERE device_id IN {devices:Array(String)} OR device_id IN {aliased:Array(String)}"
     )
 
 

@@ -1,7 +1,8 @@
 """A job's summary: statistics per device and metric, energy per node and source.
 
-Two queries: the metric ids the scope holds (one column), looked up in the metric registry;
-then one query in ClickHouse: statistics of each series (device, metric, labels) of the
+Two queries: the metric ids the scope's devices ever had (`metrics_latest`, milliseconds),
+looked up in the metric registry; then one query in ClickHouse (again, with the kinds of
+the metrics it found, should one be too new to be known and more than a gauge): statistics of each series (device, metric, labels) of the
 scope, the points of the node-level power series (registry unit W) integrated, the points of
 counters turned into increases (wraps and resets as `as_rate` reads them: the same SQL,
 api/queries/metrics.py's counter_increase), then all per device and metric (a node and metric
@@ -40,10 +41,10 @@ from api.queries.metrics import (
     Selection,
     counter_increase,
     counter_reset,
-    reached_metrics,
+    known_metrics,
     scope_rows,
 )
-from api.registry import registry
+from api.registry import Registry, registry
 from api.schemas import Job
 
 GAP_PERIODS = 3
@@ -154,9 +155,9 @@ for _name, _sql in (
     _SUMMARY = _SUMMARY.replace(_name, _sql)
 
 
-def scope_metric_ids(client: Client, selection: Selection) -> list[str]:
+def known_metric_ids(client: Client, selection: Selection) -> list[str]:
     params: dict[str, Any] = {}
-    sql = reached_metrics(selection, params)
+    sql = known_metrics(selection, params)
     return [row[0] for row in client.query(sql, parameters=params).result_rows]
 
 
@@ -212,9 +213,17 @@ def scan(
         duration_s=(selection.end - selection.start).total_seconds(),
     )
     reg = registry()
-    metric_ids = scope_metric_ids(client, selection)
-    kinds = shaping.kinds(metric_ids, reg)
-    rows = statistics(client, selection, kinds, scales(metric_ids) if scales else None)
+    known = known_metric_ids(client, selection)
+    rows = statistics(
+        client, selection, shaping.kinds(known, reg), scales(known) if scales else None
+    )
+    found = sorted({row["metric_id"] for row in rows})
+    if _treated_apart(sorted(set(found) - set(known)), reg, scales):
+        # A metric too new to be known yet is a power series, counter or footprint gauge:
+        # its rows must be taken as such (rare: within a minute of its first reading).
+        rows = statistics(
+            client, selection, shaping.kinds(found, reg), scales(found) if scales else None
+        )
     nodes = list(selection.only or selection.devices)
     shaping.shape(rows, summary, nodes, reg)
     first = [row["first"] for row in rows if row["own"]]
@@ -225,6 +234,15 @@ def scan(
         and set(selection.only or selection.devices) >= set(selection.devices)
     )
     return Scan(summary, rows, min(first) if first else None, unfiltered)
+
+
+def _treated_apart(
+    metric_ids: list[str], reg: Registry, scales: Callable[[list[str]], fq.Scales] | None
+) -> bool:
+    """Whether any of `metric_ids` is read as more than statistics (see _SUMMARY)."""
+    kinds = shaping.kinds(metric_ids, reg)
+    placed = scales(metric_ids).metrics if scales and metric_ids else []
+    return bool(kinds.power or kinds.counters or placed)
 
 
 def summarise(client: Client, job: Job, selection: Selection | None) -> dict[str, Any]:

@@ -13,7 +13,11 @@ from typing import Any
 
 import httpx
 import pytest
+from clickhouse_connect.driver.client import Client
 
+from api.queries.summary import summarise
+from api.schemas import Job, JobState
+from api.scope import EVERYTHING, job_selection
 from tests.api.conftest import Row
 
 START = datetime(2026, 11, 21, 8, 0, 0)
@@ -181,3 +185,57 @@ def test_pushed_power_never_becomes_the_nodes_energy(
         None,
     )
     assert got["energy_job"]["joules"] == 6000.0
+
+
+class Counting:
+    """The reader client, counting the summary's scans (the one spied part)."""
+
+    def __init__(self, client: Client) -> None:
+        self.client, self.scans = client, 0
+
+    def raw_query(self, sql: str, **kwargs: Any) -> bytes:
+        self.scans += "power_series" in sql
+        return self.client.raw_query(sql, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
+
+
+@pytest.mark.parametrize("known", [False, True], ids=["too-new", "known"])
+def test_a_counter_is_summed_as_such_whether_or_not_it_is_known_yet(
+    known: bool,
+    admin_client: Client,
+    reader_client: Client,
+    insert_readings: Callable[[list[Row]], None],
+) -> None:
+    """The metrics' kinds come from metrics_latest, which the 1-minute rollups feed: a counter
+    it does not hold yet is found in the scan's rows and the scan taken again as a counter's;
+    one it holds is read so at once."""
+    node = f"sk{uuid.uuid4().hex[:6]}-node"
+    insert_readings(
+        [[START + timedelta(seconds=s), node, "sk_bytes_total", float(v), {}] for s, v in COUNTER]
+    )
+    if known:  # as the rollups' refresh would have written it
+        admin_client.insert(
+            "metrics_latest",
+            [[node, "sk_bytes_total", 0, START, 0.0, {}]],
+            column_names=["device_id", "metric_id", "labels_hash", "timestamp", "value", "labels"],
+        )
+    stored = Job(
+        job_id=node,
+        user="alice",
+        project="",
+        queue="default",
+        nodes=[node],
+        start=START.isoformat() + "Z",
+        end=END.isoformat() + "Z",
+        state=JobState.TERMINATED,
+        site="",
+        labels={},
+        updated_at=END.isoformat() + "Z",
+    )
+    counting = Counting(reader_client)
+    summary = summarise(counting, stored, job_selection(stored, EVERYTHING))  # type: ignore[arg-type]
+    (row,) = summary["metrics"]
+    assert (row["kind"], row["delta"], row["resets"]) == ("counter", COUNTER_DELTA, 1)
+    assert counting.scans == (1 if known else 2)
