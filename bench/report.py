@@ -41,6 +41,7 @@ API_KEYS = [
     *(f"api_1m_{f}_s" for f in API_FORMATS),
     *(f"api_1m_direct_{f}_s" for f in API_FORMATS),
     "api_summary_1m_readings_s",
+    "api_summary_1m_record_s",
     "api_step_1m_s",
     "api_export_peak_rss_mb",
     "api_export_rss_growth_mb",

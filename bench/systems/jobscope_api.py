@@ -10,7 +10,9 @@ bench's own data (past dates: the bench keeps 10 years of readings), then:
   `projected`, the job's selection) in the same ClickHouse format, straight from
   ClickHouse as the API's read-only user, received completely in 1 MiB blocks; the
   overhead of the API = its time / the direct time, of the best API format.
-- `api_summary_1m_readings_s`: `GET /api/jobs/{id}/summary` of that job.
+- `api_summary_1m_readings_s`: `GET /api/jobs/{id}/summary` of that job computed from its raw
+  readings (a running job's case); `api_summary_1m_record_s`: the same once its record
+  exists (an ended job's case).
 - `api_step_1m_s`: `GET /api/jobs/{id}/metrics?step=1m&agg=avg` of the same devices over the
   whole data set (served from the 1-minute rollup).
 - `api_export_peak_rss_mb`: the API process's resident memory (VmRSS, sampled every 20 ms)
@@ -20,7 +22,7 @@ bench's own data (past dates: the bench keeps 10 years of readings), then:
   over 24 hours (bench/systems/jobscope_report.py: ~2.9 M readings of two power sources and
   four key metrics, inserted after the step figure so that no timed part before shares the
   machine with its insert or its rollups' refresh), once the rollups' refresh has computed
-  its minutes as a running stack would have; median of the runs (best beside it), the
+  its minutes and the API its record, as a running stack would have; median of the runs (best beside it), the
   answer checked (a whole HTML report, its energy the PDU's, as the site's priority wants,
   within 1% of the bench's own integral). `report_100_nodes_24h_pdf_s`: the same as PDF.
 """
@@ -77,6 +79,9 @@ JOB_VISIBLE_S = 60.0  # a job answered 202 must be readable within this
 # The rollups' refresh takes the buckets noted before the current minute (less 10 s), every
 # 10 s: readings inserted now are rolled up within 80 s.
 ROLLED_UP_S = 150.0
+# The API computes the records of ended jobs every JOBSCOPE_RECORDS_INTERVAL_S (60 s), each
+# round at most 100 jobs, the earliest ended first.
+RECORDED_S = 240.0
 MERGES_S = 60.0  # the insert's parts merged before anything is timed
 ENERGY_TOLERANCE = 0.01  # the report's energy vs the bench's integral of the PDU readings
 
@@ -317,32 +322,59 @@ def _devices_endpoint(http: _Http, job: _Job, limit_s: float) -> dict[str, Any]:
 def _summary(
     http: _Http, reader: Client, job: _Job, repeats: int, limit_s: float
 ) -> dict[str, Any]:
-    """The job's summary; the counts of its series add up to the job's readings. Beside it
-    (to tell where the time goes), the API's own `summarise` called in this process."""
+    """The job's summary computed from its raw readings (its start asked: a running job's
+    case), the counts of its series adding up to the job's readings; beside it (where the
+    time goes) the API's own `summarise` called in this process; then, once the job's
+    record exists, the summary as an ended job is served (from its record)."""
     runs = []
     direct = []
     stored = get_job(reader, job.job_id)
+    live = {"start": utc(job.start_us).isoformat()}
     for _ in range(repeats):
-        seconds, body = _get(http, f"/api/jobs/{job.job_id}/summary", {}, limit_s)
+        seconds, body = _get(http, f"/api/jobs/{job.job_id}/summary", live, limit_s)
         runs.append(seconds)
         summary = json.loads(b"".join(body))
         _check("summary", sum(m["count"] for m in summary["metrics"]), job.readings)
+        _check_source(summary, "raw")
         began = time.perf_counter()
         summarise(reader, stored, job_selection(stored, EVERYTHING))
         direct.append(time.perf_counter() - began)
+    recorded = _from_record(http, f"/api/jobs/{job.job_id}/summary", repeats, limit_s)
     log.info(
-        "jobscope: API, summary of %s readings: %.3f s (summarise in-process %.3f s)",
+        "jobscope: API, summary of %s readings: %.3f s (summarise in-process %.3f s); "
+        "from its record %.3f s",
         f"{job.readings:,}",
         statistics.median(runs),
         statistics.median(direct),
+        statistics.median(recorded),
     )
     return {
         "api_summary_1m_readings_s": statistics.median(runs),
         "api_summary_runs": runs,
         "api_summary_direct_s": statistics.median(direct),
+        "api_summary_1m_record_s": statistics.median(recorded),
         "api_summary_series": len(summary["metrics"]),
         "api_summary_energy_rows": len(summary["energy"]),
     }
+
+
+def _from_record(http: _Http, path: str, repeats: int, limit_s: float) -> list[float]:
+    """Once the job's record exists (the API's refresher computes it), the seconds of each
+    of `repeats` GETs of its summary, each checked to be served from the record."""
+    wait_until(
+        lambda: (
+            orjson.loads(b"".join(_get(http, path, {}, limit_s)[1]))["record"]["source"] == "record"
+        ),
+        RECORDED_S,
+        f"the record of {path}",
+        interval=2.0,
+    )
+    runs = []
+    for _ in range(repeats):
+        seconds, body = _get(http, path, {}, limit_s)
+        _check_source(orjson.loads(b"".join(body)), "record")
+        runs.append(seconds)
+    return runs
 
 
 def _step(http: _Http, reader: Client, job: _Job, repeats: int, limit_s: float) -> dict[str, Any]:
@@ -460,8 +492,9 @@ def _report(
     http: _Http, admin: Client, reader: Client, repeats: int, limit_s: float
 ) -> dict[str, Any]:
     """The 100-node, 24-hour job's report as HTML and as PDF, once the rollups hold its
-    minutes (no bucket of its devices pending); every answer checked. Beside it (where the
-    time goes), the API's `summarise` of the job called once in this process."""
+    minutes (no bucket of its devices pending) and its record exists (as an ended job is
+    served); every answer checked. Beside it (what a report costs before its record), the
+    API's `summarise` of the job called once in this process."""
     began = time.monotonic()
     inserted = jobscope_report.readings()
     wait_until(
@@ -474,6 +507,8 @@ def _report(
         interval=1.0,
     )
     waited = time.monotonic() - began
+    _from_record(http, f"/api/jobs/{jobscope_report.JOB_ID}/summary", 1, limit_s)
+    recorded = time.monotonic() - began - waited
     expected = _pdu_energy(admin)
     path = f"/api/jobs/{jobscope_report.JOB_ID}/report"
     _, body = _get(http, path, {"format": "json"}, limit_s)
@@ -527,6 +562,7 @@ def _report(
         "report_energy_j": joules,
         "report_energy_expected_j": expected,
         "report_rollup_wait_s": waited,
+        "report_record_wait_s": recorded,
     }
 
 
@@ -696,6 +732,13 @@ def rows(layout: str, body: list[bytes]) -> int:
 def _check(what: str, got: int, expected: int) -> None:
     if got != expected:
         raise RuntimeError(f"{what} returned {got:,} readings, expected {expected:,}")
+
+
+def _check_source(summary: dict[str, Any], expected: str) -> None:
+    """A summary served from raw readings or from the job's record, as `expected`."""
+    source = summary["record"]["source"]
+    if source != expected:
+        raise RuntimeError(f"the summary came from {source}, expected {expected}")
 
 
 def _status_kb(pid: int, field: str) -> int:
