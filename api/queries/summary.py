@@ -1,14 +1,15 @@
 """A job's summary: statistics per device and metric, energy per node and source.
 
 Two queries: the metric ids the scope's devices ever had (`metrics_latest`, milliseconds),
-looked up in the metric registry; then one query in ClickHouse (again, with the kinds of
-the metrics it found, should one be too new to be known and more than a gauge): statistics of each series (device, metric, labels) of the
-scope, the points of the node-level power series (registry unit W) integrated, the points of
-counters turned into increases (wraps and resets as `as_rate` reads them: the same SQL,
-api/queries/metrics.py's counter_increase), then all per device and metric (a node and metric
-is one energy source). api/summary.py shapes the rows. The same scan gives the footprint's
-columns and the nodes' first raw reading (`scan`, used by api/footprint.py's `annotated`):
-each scan of a scope's rows costs a FINAL read of its readings, so there is one.
+looked up in the metric registry; then one query in ClickHouse (again, with the kinds of the
+metrics it found, should one be too new to be known and more than a gauge): statistics of
+each series (device, metric, labels) of the scope, the points of the node-level power series
+(registry unit W) integrated, the points of counters turned into increases (wraps and resets
+as `as_rate` reads them: the same SQL, api/queries/metrics.py's counter_increase), then all
+per device and metric (a node and metric is one energy source). api/summary.py shapes the
+rows. The same scan gives the footprint's columns and the nodes' first raw reading (`scan`,
+used by api/footprint.py's `annotated`): each scan of a scope's rows costs a FINAL read of
+its readings, so there is one.
 
 Values users wrote themselves (pushed: `source=user:<name>`; Kwollect's `kwollect_custom`,
 labelled `_metric_origin=prom_kwollect_custom`) are never mixed with measured ones: their

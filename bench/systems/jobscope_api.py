@@ -18,13 +18,14 @@ bench's own data (past dates: the bench keeps 10 years of readings), then:
 - `api_export_peak_rss_mb`: the API process's resident memory (VmRSS, sampled every 20 ms)
   while it exports a large job (10 M readings full, the whole quick data set) as NDJSON to
   a client that counts the rows and discards the bytes.
-- `report_100_nodes_24h_s`: `GET /api/jobs/{id}/report?format=html` of a job of 100 nodes
-  over 24 hours (bench/systems/jobscope_report.py: ~2.9 M readings of two power sources and
-  four key metrics, inserted after the step figure so that no timed part before shares the
+- `report_100_nodes_24h_s`: `GET /api/jobs/{id}/report?format=html` of a job of 100 nodes over
+  24 hours (bench/systems/jobscope_report.py: ~2.9 M readings of two power sources and four
+  key metrics, inserted after the step figure so that no timed part before shares the
   machine with its insert or its rollups' refresh), once the rollups' refresh has computed
-  its minutes and the API its record, as a running stack would have; median of the runs (best beside it), the
-  answer checked (a whole HTML report, its energy the PDU's, as the site's priority wants,
-  within 1% of the bench's own integral). `report_100_nodes_24h_pdf_s`: the same as PDF.
+  its minutes and the API its record, as a running stack would have; median of the runs
+  (best beside it), the answer checked (a whole HTML report, its energy the PDU's, as the
+  site's priority wants, within 1% of the bench's own integral).
+  `report_100_nodes_24h_pdf_s`: the same as PDF.
 """
 
 from __future__ import annotations
