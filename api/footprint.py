@@ -26,7 +26,7 @@ from api.schemas import Job
 def annotated(client: Client, job: Job, selection: Selection | None) -> dict[str, Any]:
     """The summary from raw readings with its footprint and notes: one scan of the scope's
     readings gives the statistics and the footprint."""
-    scanned = summaries.scan(client, job, selection, _scales)
+    scanned = summaries.scan(client, job, selection, scales_of)
     annotate(client, job, selection, scanned.summary, scanned)
     return scanned.summary
 
@@ -47,7 +47,7 @@ def annotate(
         if scanned is not None and not from_rollups:
             rows, scales = _scanned_rows(scanned.rows, set(selection.devices))
         else:
-            scales = _scales(_metrics(client, selection, summary, from_rollups))
+            scales = scales_of(_metrics(client, selection, summary, from_rollups))
             rows = q.footprint_rows(client, selection, scales, from_rollups)
         summary["footprint"] = _per_metric(rows, scales)
         summary["silent"] = _silences(
@@ -71,7 +71,7 @@ def _scanned_rows(
     listed = {r["metric_id"] for r in rows if r["device_id"] in nodes and not r["pushed"]}
     chosen = listed or {r["metric_id"] for r in rows if r["device_id"] in nodes}
     found: dict[tuple[str, str], dict[str, Any]] = {}
-    for row in rows:  # the columns fp_* are over both rows of a node and metric
+    for row in rows:  # measured rows come first: pushed values shape no measured footprint
         key = (row["device_id"], row["metric_id"])
         if row["fp"] and row["metric_id"] in chosen and key not in found:
             found[key] = {
@@ -84,7 +84,7 @@ def _scanned_rows(
                 "above_alert_s": row["fp_alert_s"],
                 "deciles": row["fp_deciles"],
             }
-    return list(found.values()), _scales(sorted(chosen))
+    return list(found.values()), scales_of(sorted(chosen))
 
 
 def _metrics(
@@ -111,7 +111,7 @@ def _placed(info: MetricInfo) -> bool:
     return info.kind == Kind.GAUGE and (scale or levels)
 
 
-def _scales(metrics: list[str]) -> q.Scales:
+def scales_of(metrics: list[str]) -> q.Scales:
     chosen = [m for m in metrics if _placed(registry().lookup(m))]
     infos = [registry().lookup(m) for m in chosen]
     return q.Scales(
@@ -121,6 +121,7 @@ def _scales(metrics: list[str]) -> q.Scales:
         caution=[i.thresholds.caution if i.thresholds else None for i in infos],
         alert=[i.thresholds.alert if i.thresholds else None for i in infos],
         higher_is_worse=[i.thresholds.higher_is_worse if i.thresholds else True for i in infos],
+        aggregation=[i.node_aggregation or "" for i in infos],
     )
 
 

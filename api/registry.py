@@ -7,6 +7,7 @@ gets defaults inferred from its name's suffix (`inferred: true`), so lookups nev
 
 from __future__ import annotations
 
+import re
 import sys
 from enum import StrEnum
 from fnmatch import fnmatchcase
@@ -173,6 +174,66 @@ FILE = site_file.SiteFile(
     holds="a registry",
     error=RegistryError,
 )
+
+
+def unit_sql(reg: Registry, column: str = "metric_id") -> str:
+    """A ClickHouse expression of `column`'s unit, as `reg.lookup` gives it (exact entries,
+    then patterns in file order, then the entry of a prom_ name's rest, then the suffixes):
+    Superset's datasets show units with it. Names are literals, patterns RE2 regexes."""
+    rest = f"substring({column}, {len(PROM_PREFIX) + 1})"
+    prefixed = (
+        f"startsWith({column}, {_literal(PROM_PREFIX)}) AND {column} != {_literal(PROM_PREFIX)}"
+    )
+    branches = _entry_branches(reg, column)
+    branches += [(f"{prefixed} AND {cond}", unit) for cond, unit in _entry_branches(reg, rest)]
+    for suffixes, found in _SUFFIXES:
+        ends = " OR ".join(f"endsWith(lower({column}), {_literal(x)})" for x in suffixes)
+        branches.append((f"({ends})", _literal(found["unit"])))
+    conditions = ", ".join(f"{cond}, {unit}" for cond, unit in branches)
+    return f"multiIf({conditions}, {_literal(infer('x').unit)})"  # no suffix: infer's default
+
+
+def _entry_branches(reg: Registry, column: str) -> list[tuple[str, str]]:
+    """(condition, unit) SQL of the registry's entries for `column`, in lookup order."""
+    exact = [e for e in reg.metrics if not e.is_pattern]
+    branches = []
+    if exact:
+        names = f"[{', '.join(_literal(e.name) for e in exact)}]"
+        units = f"[{', '.join(_literal(e.unit) for e in exact)}]"
+        branches.append((f"has({names}, {column})", f"transform({column}, {names}, {units}, '')"))
+    for entry in reg.metrics:
+        if entry.is_pattern:
+            regex = _literal(_regex(entry.name))
+            branches.append((f"match({column}, {regex})", _literal(entry.unit)))
+    return branches
+
+
+def _regex(pattern: str) -> str:
+    """An fnmatch pattern (*, ?, [...], [!...]) as an anchored RE2 regex."""
+    out, i = [], 0
+    while i < len(pattern):
+        c = pattern[i]
+        end = pattern.find("]", i + 2) if c == "[" else -1
+        if c == "*":
+            out.append(".*")
+        elif c == "?":
+            out.append(".")
+        elif end > 0:
+            body = pattern[i + 1 : end]
+            negated = body.startswith("!")
+            chars = "".join(ch if ch == "-" else re.escape(ch) for ch in body[negated:])
+            out.append(f"[{'^' if negated else ''}{chars}]")
+            i = end
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return "^" + "".join(out) + "$"
+
+
+def _literal(text: str) -> str:
+    """A ClickHouse string literal of `text`; braces escaped (Superset's SQL is Jinja)."""
+    escaped = text.replace("\\", "\\\\").replace("'", "\\'")
+    return "'" + escaped.replace("{", "\\x7B").replace("}", "\\x7D") + "'"
 
 
 def load(path: Path) -> Registry:

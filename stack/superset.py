@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import shutil
 import subprocess
@@ -28,6 +29,7 @@ import yaml
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from api.registry import registry, unit_sql
 from stack import oidc_provider, secrets
 from stack.config import REPO_ROOT, StackSettings, cache_home
 from stack.processes import ManagedProcess
@@ -35,6 +37,8 @@ from stack.transient import STARTING
 
 SUPERSET_DIR = REPO_ROOT / "superset"
 BUNDLE_DIR = SUPERSET_DIR / "bundle"
+UNIT_PLACEHOLDER = "METRIC_UNIT_SQL"
+"""Where a dataset's column takes the unit of its metric_id (build_bundle)."""
 DATABASE_FILE = "databases/jobscope_clickhouse.yaml"
 JOB_DASHBOARD_SLUG = "jobscope-job"
 
@@ -250,7 +254,8 @@ def clickhouse_uri(stack: StackSettings, settings: SupersetSettings) -> str:
 
 def build_bundle(stack: StackSettings, settings: SupersetSettings) -> bytes:
     """superset/bundle/ as the ZIP Superset's importers take, with this stack's
-    ClickHouse address in the database file."""
+    ClickHouse address in the database file and the metric registry's units in the
+    datasets' `unit` columns (a ClickHouse expression of metric_id: api/registry.py)."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as bundle:
         for path in sorted(BUNDLE_DIR.rglob("*.yaml")):
@@ -260,6 +265,7 @@ def build_bundle(stack: StackSettings, settings: SupersetSettings) -> bytes:
                 database = yaml.safe_load(text)
                 database["sqlalchemy_uri"] = clickhouse_uri(stack, settings)
                 text = yaml.safe_dump(database, sort_keys=False)
+            text = text.replace(UNIT_PLACEHOLDER, json.dumps(unit_sql(registry())))
             bundle.writestr(f"jobscope/{relative}", text)
     return buffer.getvalue()
 

@@ -21,7 +21,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "schedulers": set(),  # hooks copied onto scheduler hosts
     "superset": set(),  # runs in Superset's own venv
     "examples": set(),
-    "stack": {"kafka", "clickhouse", "producers"},  # the embedded default: on top
+    # the embedded default, on top (api: the registry's units in Superset's bundle)
+    "stack": {"kafka", "clickhouse", "producers", "api"},
     "connectors": {"kafka", "clickhouse", "stack"},
 }
 """Room -> the other rooms it may import (bench/ and tests/ may import any)."""

@@ -6,9 +6,11 @@ From raw readings while the job's are kept; from the 1-minute rollups (`metrics_
 raw readings have expired (the buckets' means stand for the readings: a minute is the
 resolution). Every value is a bound parameter.
 
-Raw: each series' interval between two readings counts with the value at its start, and
-is not bridged past `GAP_PERIODS` sampling periods (the series' median interval), as the
-summary's energy. A node's time above a level is the most of its series'.
+A node's several series of a metric (two PSUs, sixteen cores) are one: at each instant
+(raw) or minute (rollups) their values combine by the metric's node aggregation in the
+registry (sum, mean, max, min; without one, the worst of them). Raw: each interval between
+two instants counts with the value at its start, and is not bridged past `GAP_PERIODS`
+sampling periods (the median interval), as the summary's energy.
 """
 
 from __future__ import annotations
@@ -39,10 +41,13 @@ class Scales:
     caution: list[float | None]
     alert: list[float | None]
     higher_is_worse: list[bool]
+    aggregation: list[str]
+    """How a node's series of the metric combine at an instant (the registry's
+    node_aggregation: sum, mean, max, min; "": the worst of them)."""
 
     @classmethod
     def none(cls) -> Scales:
-        return cls([], [], [], [], [], [])
+        return cls([], [], [], [], [], [], [])
 
     def params(self) -> dict[str, Any]:
         return {
@@ -52,46 +57,66 @@ class Scales:
             "fp_caution": self.caution,
             "fp_alert": self.alert,
             "fp_higher": [int(h) for h in self.higher_is_worse],
+            "fp_agg": self.aggregation,
         }
 
 
 SCALE = """indexOf({fp_metrics:Array(String)}, metric_id) AS k,
     {fp_idle:Array(Nullable(Float64))}[k] AS idle, {fp_peak:Array(Nullable(Float64))}[k] AS peak,
     {fp_caution:Array(Nullable(Float64))}[k] AS caution,
-    {fp_alert:Array(Nullable(Float64))}[k] AS alert, {fp_higher:Array(UInt8)}[k] AS higher"""
+    {fp_alert:Array(Nullable(Float64))}[k] AS alert, {fp_higher:Array(UInt8)}[k] AS higher,
+    {fp_agg:Array(String)}[k] AS agg"""
+COMBINE = (
+    "multiIf(agg = 'sum', arraySum({xs}), agg = 'mean', arrayAvg({xs}), "
+    "agg = 'min' OR (agg = '' AND higher = 0), arrayMin({xs}), arrayMax({xs}))"
+)
+"""SQL: the node's value at an instant of its series' values there (`xs`, an array)."""
 ABOVE = "ifNull(if(higher = 1, {x} >= {level}, {x} <= {level}), 0)"
-TENTH = "least(9, greatest(0, toInt32(floor(({x} - idle) / (peak - idle) * 10))))"
+TENTH = "least(9, greatest(0, toInt32(floor(ifNotFinite(({x} - idle) / (peak - idle) * 10, -1)))))"
+"""SQL: the tenth of the scale `{x}` is in (0 below idle, 9 above peak; not finite: 0)."""
 DECILES = (
     "if(idle IS NULL OR peak IS NULL, [], "
     "arrayMap(b -> arraySum(arrayMap((d, ok, x) -> if(ok AND {tenth} = b, d, 0), "
-    "dt, bridged, v0)) / 1e6, range(10)))"
+    "fp_dt, fp_bridged, fp_v0)) / 1e6, range(10)))"
 ).format(tenth=TENTH.format(x="x"))
 
+# The footprint of a node and metric from `fp_pts`: its series' points (Unix us, value)
+# sorted, combined at each instant by the metric's aggregation (one poll stamps all of a
+# device's readings: a node's series share their instants), then each interval between two
+# instants counted with the value at its start, not bridged past `GAP_PERIODS` periods (the
+# median interval). Needs SCALE's columns; gives fp_mean, fp_p95 (of the combined values),
+# fp_cov, fp_caution, fp_alert and fp_deciles.
+POINTS = f"""
+    arraySplit((p, s) -> p.1 != s, fp_pts,
+        arraySlice(arrayPushFront(fp_pts.1, -1), 1, length(fp_pts)))
+        AS fp_groups,
+    arrayMap(g -> g[1].1, fp_groups) AS fp_t,
+    arrayMap(g -> {COMBINE.format(xs="g.2")}, fp_groups) AS fp_v,
+    arrayPopFront(arrayDifference(fp_t)) AS fp_dt, arrayPopBack(fp_v) AS fp_v0,
+    if(empty(fp_dt), 0, arrayReduce('medianExact', fp_dt)) AS fp_period,
+    arrayMap(d -> d <= {{gap_periods:UInt8}} * fp_period, fp_dt) AS fp_bridged,
+    if(empty(fp_v), 0, arrayAvg(fp_v)) AS fp_mean,
+    if(empty(fp_v), 0, arrayReduce('quantileExact(0.95)', fp_v)) AS fp_p95,
+    arraySum(arrayMap((d, ok) -> if(ok, d, 0), fp_dt, fp_bridged)) / 1e6 AS fp_cov,
+    arraySum(arrayMap((d, ok, x) -> if(ok AND {ABOVE.format(x="x", level="caution")}, d, 0),
+        fp_dt, fp_bridged, fp_v0)) / 1e6 AS fp_caution,
+    arraySum(arrayMap((d, ok, x) -> if(ok AND {ABOVE.format(x="x", level="alert")}, d, 0),
+        fp_dt, fp_bridged, fp_v0)) / 1e6 AS fp_alert,
+    {DECILES} AS fp_deciles"""
+
 _RAW = f"""
-SELECT node, metric_id, sum(sm) / sum(n) AS mean, quantileTDigestMerge(0.95)(q) AS p95,
-    max(cov) AS covered_s, max(caution_s) AS above_caution_s, max(alert_s) AS above_alert_s,
-    sumForEach(deciles) AS deciles
+SELECT node, metric_id, fp_mean AS mean, fp_p95 AS p95, fp_cov AS covered_s,
+    fp_caution AS above_caution_s, fp_alert AS above_alert_s, fp_deciles AS deciles
 FROM (
-    SELECT node, metric_id, sm, n, q,
-        arrayMap(p -> p.1, pts) AS t, arrayPopBack(arrayMap(p -> p.2, pts)) AS v0,
-        arrayPopFront(arrayDifference(t)) AS dt,
-        if(empty(dt), 0, arrayReduce('medianExact', dt)) AS period,
-        arrayMap(d -> d <= {{gap_periods:UInt8}} * period, dt) AS bridged,
-        arraySum(arrayMap((d, ok) -> if(ok, d, 0), dt, bridged)) / 1e6 AS cov,
-        arraySum(arrayMap((d, ok, x) -> if(ok AND {ABOVE.format(x="x", level="caution")}, d, 0),
-            dt, bridged, v0)) / 1e6 AS caution_s,
-        arraySum(arrayMap((d, ok, x) -> if(ok AND {ABOVE.format(x="x", level="alert")}, d, 0),
-            dt, bridged, v0)) / 1e6 AS alert_s,
-        {DECILES} AS deciles
+    SELECT *, {POINTS}
     FROM (
         SELECT device_id AS node, metric_id, {SCALE},
-            arraySort(p -> p.1, groupArray((toUnixTimestamp64Micro(ts), value))) AS pts,
-            sum(value) AS sm, count() AS n, quantileTDigestState(0.95)(value) AS q
+            arraySort(groupArray((toUnixTimestamp64Micro(ts), value))) AS fp_pts
         FROM ({{rows}}) WHERE device_id IN {{nodes:Array(String)}}
-        GROUP BY node, metric_id, series
+        GROUP BY node, metric_id
     )
 )
-GROUP BY node, metric_id ORDER BY node, metric_id
+ORDER BY node, metric_id
 """
 
 _SILENT_RAW = """
@@ -108,23 +133,20 @@ FROM (
 ORDER BY node
 """
 
-# A node's rows of the rollups: its own, and those of the devices measuring it (summed per
-# bucket, as Kwollect sums aliased readings at an instant; own series are averaged).
-_ROLLUP_BUCKETS = f"""
-SELECT node, metric_id, bucket, if(max(aliased), sum(v), avg(v)) AS v FROM (
-    SELECT if(device_id IN {{nodes:Array(String)}}, toString(device_id),
-            labels['{ALIAS}']) AS node,
-        device_id NOT IN {{nodes:Array(String)}} AS aliased,
-        metric_id, bucket, sum / count AS v
-    FROM metrics_1m FINAL
-    WHERE bucket BETWEEN toStartOfMinute({{start:DateTime64(6, 'UTC')}})
-        AND {{end:DateTime64(6, 'UTC')}} AND count > 0
-        AND (device_id IN {{nodes:Array(String)}} OR (device_id IN {{aliased:Array(String)}}
-            AND labels['{ALIAS}'] IN {{nodes:Array(String)}}))
-)
-GROUP BY node, metric_id, bucket
+_ROLLUP_ROWS = f"""
+SELECT if(device_id IN {{nodes:Array(String)}}, toString(device_id), labels['{ALIAS}']) AS node,
+    device_id NOT IN {{nodes:Array(String)}} AS aliased, metric_id, bucket, sum / count AS v
+FROM metrics_1m FINAL
+WHERE bucket BETWEEN toStartOfMinute({{start:DateTime64(6, 'UTC')}})
+    AND {{end:DateTime64(6, 'UTC')}} AND count > 0
+    AND (device_id IN {{nodes:Array(String)}} OR (device_id IN {{aliased:Array(String)}}
+        AND labels['{ALIAS}'] IN {{nodes:Array(String)}}))
 """
+"""A node's rows of the rollups: its own, and those of the devices measuring it."""
+_ROLLUP_BUCKETS = f"SELECT DISTINCT node, metric_id, bucket FROM ({_ROLLUP_ROWS})"
 
+# Per node, metric and bucket: the devices measuring the node summed (as Kwollect sums
+# aliased readings at an instant), the node's own series combined as COMBINE says.
 _ROLLUP = f"""
 SELECT node, metric_id, avg(v) AS mean, quantileExact(0.95)(v) AS p95,
     count() * {ROLLUP_S} AS covered_s,
@@ -133,7 +155,12 @@ SELECT node, metric_id, avg(v) AS mean, quantileExact(0.95)(v) AS p95,
     if(any(idle) IS NULL OR any(peak) IS NULL, [],
         sumForEach(arrayMap(b -> if({TENTH.format(x="v")} = b, {ROLLUP_S}, 0), range(10))))
         AS deciles
-FROM (SELECT *, {SCALE} FROM ({_ROLLUP_BUCKETS}) WHERE metric_id IN {{fp_metrics:Array(String)}})
+FROM (
+    SELECT node, metric_id, bucket, k, idle, peak, caution, alert, higher, agg,
+        if(max(aliased), sum(v), {COMBINE.format(xs="groupArray(v)")}) AS v
+    FROM (SELECT *, {SCALE} FROM ({_ROLLUP_ROWS}) WHERE metric_id IN {{fp_metrics:Array(String)}})
+    GROUP BY node, metric_id, bucket, k, idle, peak, caution, alert, higher, agg
+)
 GROUP BY node, metric_id ORDER BY node, metric_id
 """
 

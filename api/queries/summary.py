@@ -54,23 +54,19 @@ _PUSHED = "startsWith(lab['source'], 'user:') OR lab['_metric_origin'] = 'prom_k
 """A reading users wrote (REST push or kwollect_custom); only jobscope sets these labels."""
 
 # Per series: statistics, for node-level power series their points integrated, for counters
-# their increases, for the footprint's gauges on the nodes (`fp_metrics`) their time above
-# the levels and in each tenth of the scale (api/queries/footprint.py's formulas); then per
-# device, metric and pushed-or-measured; then (a window per device and metric) the
-# footprint over both. A node's sum of aliased readings is one series per set of devices
-# summed (a reading missing at an instant must not start a series of its own). One scan of
-# the scope's rows answers the summary and the footprint.
+# their increases; then per device, metric and pushed-or-measured, with the points of the
+# footprint's gauges on the nodes (`fp_metrics`) combined at each instant by the metric's
+# node aggregation and placed on its scale (api/queries/footprint.py's POINTS). A node's
+# sum of aliased readings is one series per set of devices summed (a reading missing at an
+# instant must not start a series of its own). One scan of the scope's rows answers the
+# summary and the footprint.
 _SUMMARY = """
 SELECT device_id, metric_id, pushed, min, avg, max, last, count, power, joules, covered_s,
     power_readings, sources, delta, rate, resets, counter_covered_s, p95, own, first, fp,
-    fp_sm_all / fp_n_all AS fp_mean,
-    if(fp, arrayReduce('quantileTDigestMerge(0.95)', arrayFlatten(fp_states)), 0) AS fp_p95,
-    fp_covered_s, fp_caution_s, fp_alert_s, fp_deciles
+    fp_mean, fp_p95, fp_cov AS fp_covered_s, fp_caution AS fp_caution_s,
+    fp_alert AS fp_alert_s, fp_deciles
 FROM (
-    SELECT *, sum(fp_sm) OVER w AS fp_sm_all, sum(fp_n) OVER w AS fp_n_all,
-        groupArray(fp_q) OVER w AS fp_states, max(fp_cov) OVER w AS fp_covered_s,
-        max(fp_caution) OVER w AS fp_caution_s, max(fp_alert) OVER w AS fp_alert_s,
-        sumForEach(fp_dec) OVER w AS fp_deciles
+    SELECT *, {scale}, {points}
     FROM (
         SELECT device_id, metric_id, pushed, min(mn) AS min, sum(sm) / sum(n) AS avg,
             max(mx) AS max, argMax(last_value, last_ts) AS last, toUInt32(sum(n)) AS count,
@@ -83,16 +79,13 @@ FROM (
             toUInt32(sumIf(rs, is_counter)) AS resets, minIf(span, is_counter) AS counter_covered_s,
             max(q95) AS p95, toUInt32(sum(own_n)) AS own,
             toUnixTimestamp(minIf(first_own, own_n > 0)) AS first,
-            max(fp_series) AS fp, sumIf(sm, fp_series) AS fp_sm, sumIf(n, fp_series) AS fp_n,
-            groupArrayIf(fq, fp_series) AS fp_q, maxIf(cov, fp_series) AS fp_cov,
-            maxIf(caution_s, fp_series) AS fp_caution, maxIf(alert_s, fp_series) AS fp_alert,
-            sumForEachIf(deciles, fp_series) AS fp_dec
+            max(fp_series) AS fp,
+            arraySort(arrayFlatten(groupArrayIf(arrayZip(t, v), fp_series))) AS fp_pts
         FROM (
             SELECT *, notEmpty(t) AND power_series AS is_power,
                 splitByChar(',', if(orig = '', device_id, orig)) AS srcs,
                 arrayPopFront(arrayDifference(t)) AS dt,
-                if(empty(dt) OR NOT (is_power OR fp_series), 0, arrayReduce('medianExact', dt))
-                    AS period,
+                if(empty(dt) OR NOT is_power, 0, arrayReduce('medianExact', dt)) AS period,
                 arrayMap(d -> d <= {gap_periods:UInt8} * period, dt) AS bridged,
                 if(is_power, arraySum(arrayMap((d, b, a, c) -> if(b, (a + c) / 2 * d, 0),
                     dt, bridged, arrayPopBack(v), arrayPopFront(v))) / 1e6, 0) AS j,
@@ -104,13 +97,7 @@ FROM (
                 if(is_counter, arrayCount((a, c) -> {reset}, arrayPopBack(v), arrayPopFront(v)),
                     0) AS rs,
                 if(length(t) > 1, (t[-1] - t[1]) / 1e6, 0) AS span,
-                if(fp_series, arrayReduce('quantileExact(0.95)', v), q_rows) AS q95,
-                {scale}, arrayPopBack(v) AS v0,
-                if(fp_series, arraySum(arrayMap((d, ok, x) -> if(ok AND {above_caution}, d, 0),
-                    dt, bridged, v0)) / 1e6, 0) AS caution_s,
-                if(fp_series, arraySum(arrayMap((d, ok, x) -> if(ok AND {above_alert}, d, 0),
-                    dt, bridged, v0)) / 1e6, 0) AS alert_s,
-                if(fp_series, {deciles}, []) AS deciles
+                if(fp_series, arrayReduce('quantileExact(0.95)', v), q_rows) AS q95
             FROM (
                 SELECT device_id, metric_id, ({pushed}) AS pushed,
                     any(lab['_device_orig']) AS orig, min(value) AS mn, max(value) AS mx,
@@ -126,7 +113,6 @@ FROM (
                     arraySort((x, y) -> y, groupArrayIf(value, points),
                         groupArrayIf(toUnixTimestamp64Micro(ts), points)) AS v,
                     quantileExactIf(0.95)(value, NOT is_counter AND NOT fp_series) AS q_rows,
-                    quantileTDigestStateIf(0.95)(value, fp_series) AS fq,
                     countIf({own}) AS own_n, minIf(ts, {own}) AS first_own
                 FROM ({rows})
                 -- power series, counters and the footprint's gauges are taken alone; other
@@ -139,7 +125,6 @@ FROM (
         )
         GROUP BY device_id, metric_id, pushed
     )
-    WINDOW w AS (PARTITION BY device_id, metric_id)
 )
 ORDER BY device_id, metric_id, pushed
 """
@@ -147,9 +132,7 @@ for _name, _sql in (
     ("{increase}", counter_increase("a", "c", "bits")),
     ("{reset}", counter_reset("a", "c", "bits")),
     ("{scale}", fq.SCALE),
-    ("{above_caution}", fq.ABOVE.format(x="x", level="caution")),
-    ("{above_alert}", fq.ABOVE.format(x="x", level="alert")),
-    ("{deciles}", fq.DECILES),
+    ("{points}", fq.POINTS),
     # a node's own reading (not a sum of the devices measuring it)
     ("{own}", "device_id IN {devices:Array(String)} AND NOT mapContains(lab, '_device_orig')"),
 ):

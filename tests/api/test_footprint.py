@@ -14,6 +14,9 @@ import httpx
 import pytest
 from clickhouse_connect.driver.client import Client
 
+from api.footprint import scales_of
+from api.queries.footprint import footprint_rows
+from api.queries.metrics import Selection
 from tests.api.conftest import Row, iso
 
 TAG = uuid.uuid4().hex[:6]
@@ -164,3 +167,44 @@ def test_jobs_filtered_and_sorted_by_their_records(
     assert sorted(unknown_metric) == ["a", "b", "c", "d", "running"]
     sorting = httpx.get(f"{api_url}/api/jobs", params={"sort": "energy, 1"}, timeout=30)
     assert sorting.status_code == 400 and "sort" in sorting.text
+
+
+def test_a_nodes_series_combine_by_the_registrys_aggregation(
+    api_url: str,
+    reader_client: Client,
+    post_job: Callable[..., dict[str, Any]],
+    insert_readings: Callable[[list[Row]], None],
+) -> None:
+    """Two PSUs of 125 W are a node of 250 W (bmc_power_watt: sum), halfway from idle (100 W)
+    to peak (400 W); two GPUs busy 5% and 95% are a node busy 50% (mean), never under the
+    caution level (10%) that one of them is under. The summary's scan and the footprint read
+    apart (api/queries/footprint.py) agree."""
+    end = datetime.now(UTC).replace(tzinfo=None, microsecond=0) - timedelta(minutes=5)
+    start = end - timedelta(seconds=60)
+    node = f"fp-{TAG}-combined"
+    rows: list[Row] = []
+    for s in range(61):
+        t = start + timedelta(seconds=s)
+        rows += [[t, node, "bmc_power_watt", 125.0, {"psu": str(psu)}] for psu in (1, 2)]
+        rows += [
+            [t, node, "DCGM_FI_DEV_GPU_UTIL", busy, {"gpu": str(g)}]
+            for g, busy in enumerate((5.0, 95.0))
+        ]
+    insert_readings(rows)
+    job_id = f"fp-{TAG}-combined"
+    post_job(
+        job_id=job_id, user=USER, nodes=[node], start=iso(start), end=iso(end), state="terminated"
+    )
+    summary = httpx.get(f"{api_url}/api/jobs/{job_id}/summary", timeout=60).json()
+    found = {f["metric_id"]: f for f in summary["footprint"]}
+    power, gpu = found["bmc_power_watt"], found["DCGM_FI_DEV_GPU_UTIL"]
+    assert (power["mean"], power["p95"], power["position"]) == (250.0, 250.0, 0.5)
+    assert (gpu["mean"], gpu["position"], gpu["above_caution_s"]) == (50.0, 0.5, 0.0)
+    assert power["covered_s"] == gpu["covered_s"] == 60.0
+
+    selection = Selection((node,), start, end)
+    scales = scales_of(["bmc_power_watt", "DCGM_FI_DEV_GPU_UTIL"])
+    assert scales.aggregation == ["sum", "mean"]
+    apart = {r["metric_id"]: r for r in footprint_rows(reader_client, selection, scales, False)}
+    assert apart["bmc_power_watt"]["mean"] == power["mean"]
+    assert apart["DCGM_FI_DEV_GPU_UTIL"]["above_caution_s"] == gpu["above_caution_s"]

@@ -5,6 +5,7 @@ start on a broken file (a real process)."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import uuid
@@ -16,8 +17,9 @@ from typing import Any
 import httpx
 import pytest
 from click.testing import CliRunner
+from clickhouse_connect.driver.client import Client
 
-from api.registry import SHIPPED, Kind, Registry, RegistryError, infer, load
+from api.registry import SHIPPED, Kind, Registry, RegistryError, infer, load, unit_sql
 from api.registry import main as registry_main
 from jobscope.cli import cli
 from stack import services
@@ -330,3 +332,38 @@ def test_the_api_refuses_to_start_with_a_broken_registry(
         timeout=60,
     )
     assert missing.returncode == 2 and "absent.yaml:0: (file)" in missing.stderr
+
+
+def _named_by(pattern: str) -> str:
+    """A name an fnmatch pattern matches: * as x, ? as y, a class as its first member."""
+    name = pattern.replace("*", "x").replace("?", "y")
+    return re.sub(
+        r"\[!?([^\]])[^\]]*\]", lambda m: m.group(1) if "!" not in m.group(0) else "~", name
+    )
+
+
+def test_the_units_in_sql_are_the_lookups(reader_client: Client) -> None:
+    """unit_sql (Superset's datasets' units) gives each name the unit `lookup` gives, in the
+    real engine: the shipped entries, names their patterns match, prom_ names, suffixes,
+    unknown names; and a hostile registry (quotes, backslashes, Jinja braces, regex
+    characters in names) stays literal."""
+    hostile = Registry.model_validate(
+        {
+            "metrics": [
+                {"name": "o'neil\\{{ x }}", "unit": "{it's}", "kind": "gauge", "scope": "node"},
+                {"name": "a.b+c_[0-3]?*", "unit": "A", "kind": "gauge", "scope": "node"},
+                {"name": "z_[!a-c]", "unit": "Z", "kind": "gauge", "scope": "node"},
+            ]
+        }
+    )
+    for reg in (load(SHIPPED), hostile):
+        names = [e.name if not e.is_pattern else _named_by(e.name) for e in reg.metrics]
+        names += [f"prom_{n}" for n in names] + ["prom_", "axb_c0yq", "z_a", "z_d"]
+        names += ["a_watt", "A_WATTS", "x_joules_total", "x_bytes_total", "x_rpm", "unknown"]
+        sql = unit_sql(reg, "name")
+        got = reader_client.query(
+            f"SELECT name, {sql} FROM (SELECT arrayJoin({{names:Array(String)}}) AS name)",
+            parameters={"names": names},
+        ).result_rows
+        assert {n: u for n, u in got} == {n: reg.lookup(n).unit for n in names}
+    assert "{{" not in unit_sql(hostile) and "{%" not in unit_sql(hostile)

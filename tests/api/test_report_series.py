@@ -18,7 +18,9 @@ from typing import Any
 import pytest
 from clickhouse_connect.driver.client import Client
 
+from api.footprint import scales_of
 from api.infra.params import NamePatterns
+from api.queries.footprint import footprint_rows
 from api.queries.metrics import Selection, aliased_devices, pending_in_span, stepped_rows
 from api.queries.report import node_series
 from stack.processes import wait_until
@@ -129,3 +131,15 @@ def test_node_series_answer_as_the_stepped_path(
     assert not _pending(reader_client, selection, STEP_S)
     _assert_same(reader_client, selection, STEP_S)
     _assert_same(reader_client, selection, RAW_STEP_S)
+    _assert_footprint_sums_a_nodes_psus(reader_client, selection)
+
+
+def _assert_footprint_sums_a_nodes_psus(client: Client, selection: Selection) -> None:
+    """The footprint from the rollups combines node A's two PSUs by the registry's
+    aggregation (bmc_power_watt: sum, about 158 W, in the tenths 1 and 2 between idle 100 W
+    and peak 400 W); averaged, they would sit under idle (tenth 0)."""
+    scales = scales_of(["bmc_power_watt"])
+    rows = footprint_rows(client, selection, scales, True)
+    (node_a,) = [r for r in rows if r["node"] == selection.devices[0]]
+    seconds = node_a["deciles"]
+    assert sum(seconds[1:3]) >= 0.9 * sum(seconds) > 0, seconds

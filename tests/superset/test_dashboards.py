@@ -226,8 +226,8 @@ def test_long_jobs_read_a_rollup_with_the_api_figures(
     resolution: str,
 ) -> None:
     """A job longer than 3 hours draws from the 1-minute rollup, longer than 2 days from the
-    1-hour one; min, average, max and readings stay the API summary's, and the energy (always
-    from raw readings) too."""
+    1-hour one; min, average, max, readings and the unit stay the API summary's, and the
+    energy (always from raw readings) too."""
     node, count = long_jobs[resolution]
     job_id = node
 
@@ -235,11 +235,12 @@ def test_long_jobs_read_a_rollup_with_the_api_figures(
         superset_app,
         "job_readings",
         job_id,
-        ["resolution", "device_id"],
+        ["resolution", "device_id", "unit"],
         ["min_value", "avg_value", "max_value", "readings"],
     )
     assert [(r["resolution"], r["device_id"]) for r in got] == [(resolution, node)]
     (stats,) = summary(api_url, job_id)["metrics"]
+    assert got[0]["unit"] == stats["unit"] == "W"  # the registry's, in SQL and in the API
     assert stats["count"] == count
     assert (got[0]["min_value"], got[0]["max_value"], got[0]["readings"]) == (
         stats["min"],
