@@ -1,4 +1,4 @@
-"""A job's footprint and notes, added to its summary (`annotate`): for every gauge the
+"""A job's footprint and notes, added to its summary (`annotated`): for every gauge the
 registry gives a scale (idle and peak) or levels (caution, alert), where the job sat
 between idle and peak and how long it spent above the levels, per node and over the job;
 the spans in which a node of the job sent no reading at all; then the notes the site's
@@ -9,6 +9,7 @@ level the worst node's, its tenths the nodes' time in each tenth summed, as frac
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor, wait
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,6 +17,7 @@ from clickhouse_connect.driver.client import Client
 
 from api import notes
 from api.infra.params import iso
+from api.live.scope import glob_regex
 from api.queries import footprint as q
 from api.queries import summary as summaries
 from api.queries.metrics import Selection
@@ -24,82 +26,36 @@ from api.schemas import Job
 
 
 def annotated(client: Client, job: Job, selection: Selection | None) -> dict[str, Any]:
-    """The summary from raw readings with its footprint and notes: one scan of the scope's
-    readings gives the statistics and the footprint."""
-    scanned = summaries.scan(client, job, selection, scales_of)
-    annotate(client, job, selection, scanned.summary, scanned)
-    return scanned.summary
-
-
-def annotate(
-    client: Client,
-    job: Job,
-    selection: Selection | None,
-    summary: dict[str, Any],
-    scanned: summaries.Scan | None = None,
-) -> None:
-    """Add `footprint`, `silent`, `footprint_source` (`raw`, `rollup_1m` or None without a
-    scope) and `notes` to `summary`. `scanned`: the scan `summary` came from, with the
-    footprint's columns (`annotated`); without it the footprint is read apart."""
-    summary.update(footprint=[], silent=[], footprint_source=None)
-    if selection is not None and selection.devices:
-        from_rollups = _from_rollups(client, selection, scanned)
-        if scanned is not None and not from_rollups:
-            rows, scales = _scanned_rows(scanned.rows, set(selection.devices))
-        else:
-            scales = scales_of(_metrics(client, selection, summary, from_rollups))
-            rows = q.footprint_rows(client, selection, scales, from_rollups)
-        summary["footprint"] = _per_metric(rows, scales)
-        summary["silent"] = _silences(
-            q.silent_rows(client, selection, from_rollups), job, selection
+    """The summary from raw readings with its footprint and notes. The footprint and the
+    silences are read in threads beside the summary's scan: queries at once answer sooner
+    than one holding them all (ClickHouse analysed that one for longer than it ran)."""
+    if selection is None or not selection.devices:
+        summary = summaries.summarise(client, job, selection)
+        summary.update(footprint=[], silent=[], footprint_source=None)
+    else:
+        known = summaries.known_metric_ids(client, selection)
+        from_rollups = q.source(client, selection) == "rollup_1m"
+        asked = glob_regex(selection.metrics)
+        scales = scales_of([m for m in known if asked is None or asked.match(m)])
+        alone = client.get_client_setting("session_id") is not None  # one query at a time
+        with ThreadPoolExecutor(1 if alone else 2, thread_name_prefix="footprint") as pool:
+            rows = pool.submit(q.footprint_rows, client, selection, scales, from_rollups)
+            silent = pool.submit(q.silent_rows, client, selection, from_rollups)
+            if alone:
+                wait([rows, silent])
+            summary = summaries.summarise(client, job, selection, known)
+        found = scales_of(sorted({m["metric_id"] for m in summary["metrics"]}))
+        fp_rows = rows.result()
+        if not from_rollups and set(found.metrics) - set(scales.metrics):
+            # A footprint gauge too new to be known (within a minute of its first reading).
+            scales, fp_rows = found, q.footprint_rows(client, selection, found, False)
+        summary.update(
+            footprint=_per_metric(fp_rows, scales),
+            silent=_silences(silent.result(), job, selection),
+            footprint_source="rollup_1m" if from_rollups else "raw",
         )
-        summary["footprint_source"] = "rollup_1m" if from_rollups else "raw"
     summary["notes"] = notes.evaluate(notes.rules(), job.model_dump(), summary)
-
-
-def _from_rollups(client: Client, selection: Selection, scanned: summaries.Scan | None) -> bool:
-    if scanned is not None and scanned.unfiltered:
-        return q.source(client, selection, scanned.first_raw, raw_known=True) == "rollup_1m"
-    return q.source(client, selection) == "rollup_1m"
-
-
-def _scanned_rows(
-    rows: list[dict[str, Any]], nodes: set[str]
-) -> tuple[list[dict[str, Any]], q.Scales]:
-    """The footprint's rows (as q.footprint_rows gives them) of the scan's statistics rows,
-    for the metrics `_metrics` chooses: the measured ones of the nodes, else all of theirs."""
-    listed = {r["metric_id"] for r in rows if r["device_id"] in nodes and not r["pushed"]}
-    chosen = listed or {r["metric_id"] for r in rows if r["device_id"] in nodes}
-    found: dict[tuple[str, str], dict[str, Any]] = {}
-    for row in rows:  # measured rows come first: pushed values shape no measured footprint
-        key = (row["device_id"], row["metric_id"])
-        if row["fp"] and row["metric_id"] in chosen and key not in found:
-            found[key] = {
-                "node": row["device_id"],
-                "metric_id": row["metric_id"],
-                "mean": row["fp_mean"],
-                "p95": row["fp_p95"],
-                "covered_s": row["fp_covered_s"],
-                "above_caution_s": row["fp_caution_s"],
-                "above_alert_s": row["fp_alert_s"],
-                "deciles": row["fp_deciles"],
-            }
-    return list(found.values()), scales_of(sorted(chosen))
-
-
-def _metrics(
-    client: Client, selection: Selection, summary: dict[str, Any], from_rollups: bool
-) -> list[str]:
-    """The measured metrics of the summary's nodes, else the scope's."""
-    nodes = set(selection.devices)
-    listed = {
-        m["metric_id"]
-        for m in summary.get("metrics", [])
-        if m["device_id"] in nodes and not m.get("pushed")
-    }
-    if listed and not from_rollups:
-        return sorted(listed)
-    return q.metric_ids(client, selection, from_rollups)
+    return summary
 
 
 def _placed(info: MetricInfo) -> bool:

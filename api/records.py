@@ -64,7 +64,7 @@ def raw_expired(job: Job, settings: ApiSettings) -> bool:
 
 
 def annotated(client: Client, job: Job, selection: Selection | None) -> dict[str, Any]:
-    """The summary from raw readings, with footprint and notes (one scan of the readings)."""
+    """The summary from raw readings, with footprint and notes (api/footprint.py)."""
     return footprint.annotated(client, job, selection)
 
 

@@ -16,13 +16,14 @@ sampling periods (the median interval), as the summary's energy.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
 from clickhouse_connect.driver.client import Client
 
 from api.infra.params import NamePatterns
-from api.queries.metrics import ALIAS, Selection, node_instants, scope_rows
+from api.queries.metrics import ALIAS, PUSHED, Selection, node_instants, scope_rows
 
 GAP_PERIODS = 3
 SILENT_PERIODS = 5
@@ -74,48 +75,54 @@ COMBINE = (
 ABOVE = "ifNull(if(higher = 1, {x} >= {level}, {x} <= {level}), 0)"
 TENTH = "least(9, greatest(0, toInt32(floor(ifNotFinite(({x} - idle) / (peak - idle) * 10, -1)))))"
 """SQL: the tenth of the scale `{x}` is in (0 below idle, 9 above peak; not finite: 0)."""
-DECILES = (
-    "if(idle IS NULL OR peak IS NULL, [], "
-    "arrayMap(b -> arraySum(arrayMap((d, ok, x) -> if(ok AND {tenth} = b, d, 0), "
-    "fp_dt, fp_bridged, fp_v0)) / 1e6, range(10)))"
-).format(tenth=TENTH.format(x="x"))
 
 # The footprint of a node and metric from `fp_pts`: its series' points (Unix us, value)
 # sorted, combined at each instant by the metric's aggregation (one poll stamps all of a
 # device's readings: a node's series share their instants), then each interval between two
-# instants counted with the value at its start, not bridged past `GAP_PERIODS` periods (the
-# median interval). Needs SCALE's columns; gives fp_mean, fp_p95 (of the combined values),
-# fp_cov, fp_caution, fp_alert and fp_deciles.
-POINTS = f"""
-    arraySplit((p, s) -> p.1 != s, fp_pts,
-        arraySlice(arrayPushFront(fp_pts.1, -1), 1, length(fp_pts)))
-        AS fp_groups,
-    arrayMap(g -> g[1].1, fp_groups) AS fp_t,
-    arrayMap(g -> {COMBINE.format(xs="g.2")}, fp_groups) AS fp_v,
-    arrayPopFront(arrayDifference(fp_t)) AS fp_dt, arrayPopBack(fp_v) AS fp_v0,
-    if(empty(fp_dt), 0, arrayReduce('medianExact', fp_dt)) AS fp_period,
-    arrayMap(d -> d <= {{gap_periods:UInt8}} * fp_period, fp_dt) AS fp_bridged,
-    if(empty(fp_v), 0, arrayAvg(fp_v)) AS fp_mean,
-    if(empty(fp_v), 0, arrayReduce('quantileExact(0.95)', fp_v)) AS fp_p95,
-    arraySum(arrayMap((d, ok) -> if(ok, d, 0), fp_dt, fp_bridged)) / 1e6 AS fp_cov,
-    arraySum(arrayMap((d, ok, x) -> if(ok AND {ABOVE.format(x="x", level="caution")}, d, 0),
-        fp_dt, fp_bridged, fp_v0)) / 1e6 AS fp_caution,
-    arraySum(arrayMap((d, ok, x) -> if(ok AND {ABOVE.format(x="x", level="alert")}, d, 0),
-        fp_dt, fp_bridged, fp_v0)) / 1e6 AS fp_alert,
-    {DECILES} AS fp_deciles"""
+# instants weighs its length (0 past `GAP_PERIODS` periods, the median interval: not
+# bridged) and counts with the value at its start. One subquery per step, every array made
+# once: ClickHouse's analyzer expands an alias where it is used, and lambdas nested over
+# repeated formulas took it 0.7 s to analyse.
+_POINT_STEPS = (
+    f"""{SCALE}, arraySplit((p, s) -> p.1 != s, fp_pts,
+        arraySlice(arrayPushFront(fp_pts.1, -1), 1, length(fp_pts))) AS fp_groups""",
+    f"""arrayMap(g -> g[1].1, fp_groups) AS fp_t,
+        arrayMap(g -> {COMBINE.format(xs="g.2")}, fp_groups) AS fp_v""",
+    """arrayPopFront(arrayDifference(fp_t)) AS fp_dt, arrayPopBack(fp_v) AS fp_v0,
+        if(empty(fp_v), 0, arrayAvg(fp_v)) AS fp_mean,
+        if(empty(fp_v), 0, arrayReduce('quantileExact(0.95)', fp_v)) AS fp_p95""",
+    "if(empty(fp_dt), 0, arrayReduce('medianExact', fp_dt)) AS fp_period",
+    f"""arrayMap(d -> if(d <= {{gap_periods:UInt8}} * fp_period, d, 0), fp_dt) AS fp_w,
+        arrayMap(x -> {TENTH.format(x="x")}, fp_v0) AS fp_tenth""",
+    f"""arraySum(fp_w) / 1e6 AS fp_cov,
+        arraySum(arrayMap((w, x) -> if({ABOVE.format(x="x", level="caution")}, w, 0),
+            fp_w, fp_v0)) / 1e6 AS fp_caution,
+        arraySum(arrayMap((w, x) -> if({ABOVE.format(x="x", level="alert")}, w, 0),
+            fp_w, fp_v0)) / 1e6 AS fp_alert,
+        if(idle IS NULL OR peak IS NULL, [], arrayMap(b -> arraySum(arrayMap((w, k) ->
+            if(k = b, w, 0), fp_w, fp_tenth)) / 1e6, range(10))) AS fp_deciles""",
+)
 
+
+def with_points(source: str) -> str:
+    """SQL: the rows of `source` (with `metric_id` and `fp_pts`) and their footprint's
+    columns fp_mean, fp_p95 (of the combined values), fp_cov, fp_caution, fp_alert and
+    fp_deciles (and SCALE's)."""
+    for step in _POINT_STEPS:
+        source = f"SELECT *, {step} FROM ({source})"
+    return source
+
+
+_POINTS_RAW = """
+SELECT device_id AS node, metric_id,
+    arraySort(groupArray((toUnixTimestamp64Micro(ts), value))) AS fp_pts
+FROM ({rows}) WHERE device_id IN {nodes:Array(String)} AND NOT ({pushed})
+GROUP BY node, metric_id
+"""
 _RAW = f"""
 SELECT node, metric_id, fp_mean AS mean, fp_p95 AS p95, fp_cov AS covered_s,
     fp_caution AS above_caution_s, fp_alert AS above_alert_s, fp_deciles AS deciles
-FROM (
-    SELECT *, {POINTS}
-    FROM (
-        SELECT device_id AS node, metric_id, {SCALE},
-            arraySort(groupArray((toUnixTimestamp64Micro(ts), value))) AS fp_pts
-        FROM ({{rows}}) WHERE device_id IN {{nodes:Array(String)}}
-        GROUP BY node, metric_id
-    )
-)
+FROM ({with_points(_POINTS_RAW.replace("{pushed}", PUSHED))})
 ORDER BY node, metric_id
 """
 
@@ -135,7 +142,8 @@ ORDER BY node
 
 _ROLLUP_ROWS = f"""
 SELECT if(device_id IN {{nodes:Array(String)}}, toString(device_id), labels['{ALIAS}']) AS node,
-    device_id NOT IN {{nodes:Array(String)}} AS aliased, metric_id, bucket, sum / count AS v
+    device_id NOT IN {{nodes:Array(String)}} AS aliased, metric_id, bucket, sum / count AS v,
+    labels AS lab
 FROM metrics_1m FINAL
 WHERE bucket BETWEEN toStartOfMinute({{start:DateTime64(6, 'UTC')}})
     AND {{end:DateTime64(6, 'UTC')}} AND count > 0
@@ -158,7 +166,10 @@ SELECT node, metric_id, avg(v) AS mean, quantileExact(0.95)(v) AS p95,
 FROM (
     SELECT node, metric_id, bucket, k, idle, peak, caution, alert, higher, agg,
         if(max(aliased), sum(v), {COMBINE.format(xs="groupArray(v)")}) AS v
-    FROM (SELECT *, {SCALE} FROM ({_ROLLUP_ROWS}) WHERE metric_id IN {{fp_metrics:Array(String)}})
+    FROM (
+        SELECT *, {SCALE} FROM ({_ROLLUP_ROWS})
+        WHERE metric_id IN {{fp_metrics:Array(String)}} AND NOT ({PUSHED})
+    )
     GROUP BY node, metric_id, bucket, k, idle, peak, caution, alert, higher, agg
 )
 GROUP BY node, metric_id ORDER BY node, metric_id
@@ -175,39 +186,33 @@ FROM (
 ORDER BY node
 """
 
-_FIRST = """
-SELECT (SELECT toUnixTimestamp(minOrNull(timestamp)) FROM metrics
-        WHERE device_id IN {nodes:Array(String)}
-        AND timestamp BETWEEN {start:DateTime64(6, 'UTC')} AND {end:DateTime64(6, 'UTC')}),
-    (SELECT toUnixTimestamp(minOrNull(bucket)) FROM metrics_1m
-        WHERE device_id IN {nodes:Array(String)}
-        AND bucket BETWEEN toStartOfMinute({start:DateTime64(6, 'UTC')})
-        AND {end:DateTime64(6, 'UTC')})
-"""
-
-
 _ROLLUP_FIRST = """
 SELECT toUnixTimestamp(minOrNull(bucket)) FROM metrics_1m
 WHERE device_id IN {nodes:Array(String)}
     AND bucket BETWEEN toStartOfMinute({start:DateTime64(6, 'UTC')}) AND {end:DateTime64(6, 'UTC')}
 """
+_RAW_BEFORE = """
+SELECT count() FROM (
+    SELECT 1 FROM metrics
+    WHERE device_id IN {nodes:Array(String)}
+        AND timestamp BETWEEN {start:DateTime64(6, 'UTC')} AND {before:DateTime64(6, 'UTC')}
+    LIMIT 1
+)
+"""
 
 
-def source(
-    client: Client, selection: Selection, raw_first: int | None = None, raw_known: bool = False
-) -> str:
-    """`raw` while the scope's raw readings are kept; `rollup_1m` when the rollups hold
-    readings of a minute before the first raw one (raw readings expired, at least at the
-    job's start), or the only ones. `raw_known`: `raw_first` is the nodes' first raw reading
-    (Unix s, None: none), read by the summary's scan: only the rollups are asked."""
-    if raw_known:
-        raw = raw_first
-        rollup = client.query(_ROLLUP_FIRST, parameters=_params(selection)).first_row[0]
-    else:
-        raw, rollup = client.query(_FIRST, parameters=_params(selection)).first_row
-    if rollup is not None and (raw is None or rollup < raw - raw % ROLLUP_S):
-        return "rollup_1m"
-    return "raw"
+def source(client: Client, selection: Selection) -> str:
+    """`raw` while the scope's raw readings are kept; `rollup_1m` when the rollups hold a
+    minute of the nodes' without raw readings up to its end (raw readings expired, at least
+    at the job's start), or the only ones. Two lookups by the primary keys."""
+    params = _params(selection)
+    first = client.query(_ROLLUP_FIRST, parameters=params).first_row[0]
+    if first is None:
+        return "raw"
+    end_of_first = datetime.fromtimestamp(first + ROLLUP_S, UTC).replace(tzinfo=None)
+    before = min(selection.end, end_of_first - timedelta(microseconds=1))
+    raw = client.query(_RAW_BEFORE, parameters={**params, "before": before}).first_row[0]
+    return "raw" if raw else "rollup_1m"
 
 
 def footprint_rows(
@@ -254,19 +259,3 @@ def _rows(client: Client, sql: str, params: dict[str, Any]) -> list[dict[str, An
         orjson.loads(line)
         for line in client.raw_query(sql, parameters=params, fmt="JSONEachRow").splitlines()
     ]
-
-
-_METRIC_IDS = {
-    False: "SELECT DISTINCT metric_id FROM ({rows}) WHERE device_id IN {nodes:Array(String)}",
-    True: f"SELECT DISTINCT metric_id FROM ({_ROLLUP_BUCKETS})",
-}
-
-
-def metric_ids(client: Client, selection: Selection, from_rollups: bool) -> list[str]:
-    """The metrics of the scope's nodes (when no summary lists them)."""
-    params = _params(selection)
-    sql = _METRIC_IDS[from_rollups]
-    if not from_rollups:
-        sql = sql.replace("{rows}", scope_rows(selection, params))
-        params["nodes"] = list(selection.devices)
-    return sorted(row[0] for row in client.query(sql, parameters=params).result_rows)

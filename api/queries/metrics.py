@@ -129,6 +129,11 @@ def _reach(s: Selection, table: str) -> str:
     return f"({own} OR {_aliased_rows(table)})" if s.aliased else own
 
 
+PUSHED = "startsWith(lab['source'], 'user:') OR lab['_metric_origin'] = 'prom_kwollect_custom'"
+"""SQL: a row of `scope_rows` users wrote (REST push or kwollect_custom); only jobscope
+sets these labels. Such values are never mixed with measured ones."""
+
+
 def known_metrics(s: Selection, params: dict[str, Any]) -> str:
     """SQL of the metric ids the selection's devices (and their aliased devices) ever had:
     a superset of the metrics its rows hold, from `metrics_latest` (a row per series) in

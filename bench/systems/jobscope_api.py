@@ -51,9 +51,9 @@ import pyarrow.parquet
 from clickhouse_connect.driver.client import Client
 
 from api import formats as api_formats
+from api.footprint import annotated
 from api.jobs import get_job
 from api.queries.metrics import projected, scope_rows, stepped_rows
-from api.queries.summary import summarise
 from api.report.text import energy_text
 from api.scope import EVERYTHING, job_selection, with_aliases
 from bench.dataset import US, Dataset, utc
@@ -338,7 +338,7 @@ def _summary(
         _check("summary", sum(m["count"] for m in summary["metrics"]), job.readings)
         _check_source(summary, "raw")
         began = time.perf_counter()
-        summarise(reader, stored, job_selection(stored, EVERYTHING))
+        annotated(reader, stored, job_selection(stored, EVERYTHING))
         direct.append(time.perf_counter() - began)
     recorded = _from_record(http, f"/api/jobs/{job.job_id}/summary", repeats, limit_s)
     log.info(
@@ -532,7 +532,7 @@ def _report(
     in_job = report["summary"].get("metrics", [])
     stored = get_job(reader, jobscope_report.JOB_ID)
     began = time.perf_counter()
-    summarise(reader, stored, with_aliases(reader, job_selection(stored, EVERYTHING)))
+    annotated(reader, stored, with_aliases(reader, job_selection(stored, EVERYTHING)))
     summarise_s = time.perf_counter() - began
     log.info(
         "jobscope: API, report of %d nodes x 24 h: HTML %.3f s (best %.3f), PDF %.3f s "
