@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 from producers.plugins.base import Plugin
 from producers.plugins.file.plugin import FilePlugin
 from producers.plugins.ipmisensor.plugin import IpmiSensorPlugin
+from producers.plugins.nvidiasmi.plugin import NvidiaSmiPlugin
 from producers.plugins.prometheus.plugin import PrometheusPlugin
 from producers.plugins.snmp.plugin import SnmpPlugin
 from producers.plugins.tester.plugin import TesterPlugin
@@ -19,6 +20,7 @@ from producers.plugins.wattmeter.plugin import WattmeterPlugin
 _PLUGINS: tuple[type[Plugin], ...] = (
     FilePlugin,
     IpmiSensorPlugin,
+    NvidiaSmiPlugin,
     PrometheusPlugin,
     SnmpPlugin,
     TesterPlugin,

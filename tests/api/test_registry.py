@@ -196,6 +196,18 @@ PRODUCED = [
     "prom_DCGM_FI_DEV_POWER_USAGE",
     "job_progress_ratio",
     "job_gpu_power_watt",
+    # producers/plugins/nvidiasmi/
+    "gpu_power_watt",
+    "gpu_energy_joules_total",
+    "gpu_power_limit_watt",
+    "gpu_utilization_percent",
+    "gpu_memory_utilization_percent",
+    "gpu_memory_used_bytes",
+    "gpu_memory_total_bytes",
+    "gpu_temp_celsius",
+    "gpu_memory_temp_celsius",
+    "gpu_sm_clock_hertz",
+    "gpu_clocks_event_reasons",
 ]
 
 
