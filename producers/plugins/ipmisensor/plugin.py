@@ -8,7 +8,6 @@ run by a timeout; a cancelled or overdue run is killed.
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from urllib.parse import unquote, urlsplit
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from kafka.reading import Reading
+from producers.plugins import command
 from producers.plugins.base import OneRequestPlugin, ProcessLimit, validated
 
 if TYPE_CHECKING:
@@ -35,7 +35,6 @@ SDR_CACHE_DIR = Path(
     )
 )
 """Where `ipmi-sensors` keeps each BMC's SDR (its sensor list) between polls."""
-_KILL_GRACE_S = 1.0
 """How long past `timeout_s` a run may take before it is killed (ipmi-sensors gives up by
 itself at `timeout_s`, with a clearer message)."""
 _STALE_CACHE = ("out of date", "invalid", "corrupt")
@@ -202,13 +201,10 @@ class IpmiSensorPlugin(OneRequestPlugin):
             os.close(write_fd)
             write_fd = -1
             argv.append(f"--config-file=/dev/fd/{read_fd}")
+            self.runs += 1
             try:
-                proc = await asyncio.create_subprocess_exec(
-                    *argv,
-                    stdin=asyncio.subprocess.DEVNULL,
-                    stdout=asyncio.subprocess.PIPE,
-                    stderr=asyncio.subprocess.PIPE,
-                    pass_fds=(read_fd,),
+                return await command.run(
+                    argv, options.timeout_s, f"ipmi-sensors on {self.bmc}", (read_fd,)
                 )
             except FileNotFoundError:
                 raise RuntimeError(
@@ -218,19 +214,6 @@ class IpmiSensorPlugin(OneRequestPlugin):
             os.close(read_fd)
             if write_fd >= 0:
                 os.close(write_fd)
-        self.runs += 1
-        try:
-            async with asyncio.timeout(options.timeout_s + _KILL_GRACE_S):
-                out, err = await proc.communicate()
-        except TimeoutError:
-            raise RuntimeError(
-                f"ipmi-sensors on {self.bmc}: no answer within {options.timeout_s:g} s, killed"
-            ) from None
-        finally:  # timed out or cancelled by the runtime: no process left behind
-            if proc.returncode is None:
-                proc.kill()
-                await asyncio.shield(proc.wait())
-        return proc.returncode or 0, out.decode(errors="replace"), err.decode(errors="replace")
 
 
 def parse_table(

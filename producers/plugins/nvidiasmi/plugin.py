@@ -9,13 +9,10 @@ labelled with its GPU's `gpu` (index) and `gpu_uuid`; values are in base units (
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import csv
 import os
 import re
 import shlex
-import signal
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -24,6 +21,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from kafka.reading import Reading
+from producers.plugins import command
 from producers.plugins.base import OneRequestPlugin, ProcessLimit, validated
 
 if TYPE_CHECKING:
@@ -31,7 +29,6 @@ if TYPE_CHECKING:
 
 MAX_CONCURRENT_RUNS = int(os.environ.get("JOBSCOPE_NVIDIASMI_MAX_CONCURRENT", "32"))
 """How many `nvidia-smi` runs the process allows at once (over all hosts)."""
-_KILL_GRACE_S = 1.0
 """How long past `timeout_s` the run is given before it is killed."""
 _UNKNOWN_FIELD = re.compile(r'Field "([^"]+)" is not a valid field to query')
 GPU_LABELS = ("gpu", "gpu_uuid")
@@ -248,31 +245,12 @@ class NvidiaSmiPlugin(OneRequestPlugin):
             f"--query-gpu={','.join(fields)}",
             "--format=csv,noheader,nounits",
         ]
+        self.runs += 1
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                start_new_session=True,
-            )
+            return await command.run(argv, self.host.timeout_s, str(self.host))
         except (FileNotFoundError, PermissionError) as exc:
             hint = " (the NVIDIA driver's utilities)" if argv[0] == "nvidia-smi" else ""
             raise RuntimeError(f"{argv[0]} cannot run{hint}: {exc.strerror}") from None
-        self.runs += 1
-        try:
-            async with asyncio.timeout(self.host.timeout_s + _KILL_GRACE_S):
-                out, err = await proc.communicate()
-        except TimeoutError:
-            raise RuntimeError(
-                f"{self.host}: no answer within {self.host.timeout_s:g} s, killed"
-            ) from None
-        finally:  # timed out or cancelled by the runtime: no process left behind
-            if proc.returncode is None:
-                with contextlib.suppress(ProcessLookupError):  # its whole group: ssh, wrappers
-                    os.killpg(proc.pid, signal.SIGKILL)
-                await asyncio.shield(proc.wait())
-        return proc.returncode or 0, out.decode(errors="replace"), err.decode(errors="replace")
 
 
 def parse_rows(text: str, fields: Sequence[str]) -> list[dict[str, str]]:
