@@ -22,6 +22,7 @@ from api.infra.push_limits import PushLimits
 from api.infra.revocations import Revocations
 from api.live.hub import ReadingsHub
 from api.live.ingested import IngestWatch
+from api.push_devices import PushDevices
 from api.records import Refresher
 from api.routes import auth as auth_routes
 from api.routes import dashboard, devices, health, jobs, kwollect, live, metrics, push, tokens
@@ -86,6 +87,9 @@ def create_app(settings: ApiSettings) -> FastAPI:
     pushes = [(m, r.path) for r in push.router.routes if isinstance(r, APIRoute) for m in r.methods]
     app.add_middleware(BodyGuard, own_cap=pushes)
     app.state.push_limits = PushLimits(settings)
+    app.state.push_devices = PushDevices.load(  # a bad map stops the start
+        settings.push_devices, settings.push_device_from_instance
+    )
     errors.install(app)
     app.include_router(registry_routes.router)
     app.include_router(metrics.router)

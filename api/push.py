@@ -67,7 +67,9 @@ def parse_body(body: bytes, content_type: str) -> list[Any]:
 
 
 @dataclass(frozen=True)
-class _Window:
+class Window:
+    """The times a push may carry (JOBSCOPE_PUSH_MAX_AGE_S, JOBSCOPE_PUSH_MAX_AHEAD_S)."""
+
     earliest: datetime
     latest: datetime
 
@@ -83,18 +85,28 @@ def validate(items: list[Any], settings: ApiSettings, who: Principal) -> list[Re
         )
     if not items:
         raise ParameterError("body", "no readings")
-    received = now()
-    window = _Window(
-        received - timedelta(seconds=settings.push_max_age_s),
-        received + timedelta(seconds=settings.push_max_ahead_s),
-    )
-    source = f"user:{who.user}"
+    accepted = window(settings)
+    label = source(who)
     return [
-        _reading(f"readings[{i}]", item, settings, window, source) for i, item in enumerate(items)
+        _reading(f"readings[{i}]", item, settings, accepted, label) for i, item in enumerate(items)
     ]
 
 
-def _reading(where: str, item: Any, settings: ApiSettings, window: _Window, source: str) -> Reading:
+def window(settings: ApiSettings) -> Window:
+    """The times a push may carry, from now."""
+    received = now()
+    return Window(
+        received - timedelta(seconds=settings.push_max_age_s),
+        received + timedelta(seconds=settings.push_max_ahead_s),
+    )
+
+
+def source(who: Principal) -> str:
+    """The `source` label of what `who` pushes, whatever the protocol."""
+    return f"user:{who.user}"
+
+
+def _reading(where: str, item: Any, settings: ApiSettings, window: Window, source: str) -> Reading:
     if not isinstance(item, dict):
         raise ParameterError(
             where, "expected an object with timestamp, device_id, metric_id, value"
@@ -102,25 +114,35 @@ def _reading(where: str, item: Any, settings: ApiSettings, window: _Window, sour
     missing = [k for k in ("timestamp", "device_id", "metric_id", "value") if k not in item]
     if missing:
         raise ParameterError(f"{where}.{missing[0]}", "missing")
-    device_id, metric_id, value = item["device_id"], item["metric_id"], item["value"]
-    if not isinstance(device_id, str) or not device_id.strip():
-        raise ParameterError(f"{where}.device_id", "expected a non-empty string")
-    _check_length(f"{where}.device_id", device_id, settings.push_max_device_id_chars, "DEVICE")
-    if isinstance(metric_id, str):
-        _check_length(f"{where}.metric_id", metric_id, settings.push_max_metric_id_chars, "METRIC")
-    if not isinstance(metric_id, str) or not _METRIC_NAME.match(metric_id):
-        raise ParameterError(
-            f"{where}.metric_id", f"{metric_id!r} is not a metric name ([a-zA-Z_:][a-zA-Z0-9_:]*)"
-        )
+    value = item["value"]
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise ParameterError(f"{where}.value", f"{value!r} is not a finite number")
     return Reading(
         _timestamp_us(f"{where}.timestamp", item["timestamp"], window),
-        device_name(device_id.strip()),
-        metric_id,
+        check_device_id(f"{where}.device_id", item["device_id"], settings),
+        check_metric_id(f"{where}.metric_id", item["metric_id"], settings),
         float(value),
-        _labels(f"{where}.labels", item.get("labels"), settings, source),
+        check_labels(f"{where}.labels", item.get("labels"), settings, source),
     )
+
+
+def check_device_id(where: str, device_id: Any, settings: ApiSettings) -> str:
+    """A pushed device id, without its domain suffix (as jobs and queries name nodes)."""
+    if not isinstance(device_id, str) or not device_id.strip():
+        raise ParameterError(where, "expected a non-empty string")
+    _check_length(where, device_id, settings.push_max_device_id_chars, "DEVICE")
+    return device_name(device_id.strip())
+
+
+def check_metric_id(where: str, metric_id: Any, settings: ApiSettings) -> str:
+    """A pushed metric name: Prometheus' convention, at most push_max_metric_id_chars."""
+    if isinstance(metric_id, str):
+        _check_length(where, metric_id, settings.push_max_metric_id_chars, "METRIC")
+    if not isinstance(metric_id, str) or not _METRIC_NAME.match(metric_id):
+        raise ParameterError(
+            where, f"{metric_id!r} is not a metric name ([a-zA-Z_:][a-zA-Z0-9_:]*)"
+        )
+    return metric_id
 
 
 def _check_length(where: str, text: str, limit: int, name: str) -> None:
@@ -130,23 +152,29 @@ def _check_length(where: str, text: str, limit: int, name: str) -> None:
         )
 
 
-def _timestamp_us(where: str, value: Any, window: _Window) -> int:
+def _timestamp_us(where: str, value: Any, window: Window) -> int:
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise ParameterError(where, f"{value!r} is not {TIME_HELP}")
     try:
         t = to_time(value)
     except (ValueError, OverflowError, OSError):
         raise ParameterError(where, f"{value!r} is not {TIME_HELP}") from None
-    if not window.earliest <= t <= window.latest:
+    return check_in_window(where, repr(value), to_us(t), window)
+
+
+def check_in_window(where: str, shown: str, timestamp_us: int, window: Window) -> int:
+    """`timestamp_us` if it lies in the window; a ParameterError showing `shown` otherwise."""
+    if not to_us(window.earliest) <= timestamp_us <= to_us(window.latest):
         raise ParameterError(
             where,
-            f"{value!r} is outside the accepted window {window.earliest.isoformat()}Z .. "
+            f"{shown} is outside the accepted window {window.earliest.isoformat()}Z .. "
             f"{window.latest.isoformat()}Z (JOBSCOPE_PUSH_MAX_AGE_S, JOBSCOPE_PUSH_MAX_AHEAD_S)",
         )
-    return to_us(t)
+    return timestamp_us
 
 
-def _labels(where: str, labels: Any, settings: ApiSettings, source: str) -> dict[str, str]:
+def check_labels(where: str, labels: Any, settings: ApiSettings, source: str) -> dict[str, str]:
+    """A pushed reading's labels, checked (none reserved), with `source` set."""
     if labels is None:
         labels = {}
     if not isinstance(labels, dict):

@@ -417,6 +417,21 @@ class PushAccepted(BaseModel):
     accepted: int = Field(description="readings published", examples=[2])
 
 
+class RemoteWriteSkipped(BaseModel):
+    """Samples of a remote write that are not stored."""
+
+    stale: int = Field(description="Prometheus' stale markers", examples=[0])
+    non_finite: int = Field(description="other NaN and infinite values", examples=[0])
+    histograms: int = Field(description="native histogram samples", examples=[0])
+
+
+class RemoteWriteAccepted(BaseModel):
+    """A remote write Kafka has acknowledged in full (Prometheus reads any 2xx as success)."""
+
+    accepted: int = Field(description="readings published", examples=[500])
+    skipped: RemoteWriteSkipped
+
+
 class TokenRequest(BaseModel):
     user: str = Field(min_length=1, examples=["alice"])
     role: str = Field(

@@ -5,6 +5,7 @@
 #   openipmi, ipmitool   ipmi_sim, a real IPMI 2.0 BMC on LAN (lanplus), and its client
 #   freeipmi-tools       ipmi-sensors, which the IPMI plugin runs (as Kwollect does)
 #   prometheus-node-exporter  a real Prometheus exporter (stack/simulators/node_exporter.py)
+#   prometheus           a real Prometheus remote-writing to the API (stack/simulators/prometheus.py)
 #   python3-venv/-gdbm   the separate venv of snmpsim (stack/simulators/snmpsim.py)
 #   chromium, chromium-driver  headless browser of the Superset dashboard test (tests/superset/)
 #   postgresql-15        OAR's database for the change data capture demo and tests (connectors/)
@@ -22,6 +23,7 @@ have ipmi_sim || need="$need openipmi"
 have ipmitool || need="$need ipmitool"
 [ -x /usr/sbin/ipmi-sensors ] || have ipmi-sensors || need="$need freeipmi-tools"
 [ -x /usr/bin/prometheus-node-exporter ] || need="$need prometheus-node-exporter"
+[ -x /usr/bin/prometheus ] || need="$need prometheus"
 /usr/bin/python3 -c 'import dbm.gnu, venv, ensurepip' 2>/dev/null || need="$need python3-venv python3-gdbm"
 have chromium || need="$need chromium"
 have chromedriver || need="$need chromium-driver"
@@ -39,6 +41,9 @@ DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recomme
 # loopback, so a service installed here is stopped and disabled.
 case "$need" in *prometheus-node-exporter*)
     [ ! -d /run/systemd/system ] || $SUDO systemctl disable --now prometheus-node-exporter.service || true ;;
+esac
+case "$need " in *" prometheus "*)
+    [ ! -d /run/systemd/system ] || $SUDO systemctl disable --now prometheus.service || true ;;
 esac
 # Likewise PostgreSQL's system cluster: connectors/oar_postgres.py runs its own server.
 case "$need" in *postgresql-15*)

@@ -199,6 +199,16 @@ class ApiSettings(KafkaClientSettings):
     push_tracked_tokens: int = Field(
         200, gt=0, description="pusher tokens whose rate and series are tracked (idle ones go)"
     )
+    push_devices: Path | None = Field(
+        None,
+        description="the site's map of a sender's `instance` (or `host`) label to a device id "
+        "and alias, for the standard push protocols (api/push_devices.py); validated at start",
+    )
+    push_device_from_instance: bool = Field(
+        True,
+        description="a sender's `instance` (or `host`) not in push_devices names its device by "
+        "its host name, port and domain dropped (an IP address names none: 400)",
+    )
     job_visible_timeout_s: float = Field(
         5.0, ge=0, description="a job write waits this long to be queryable (201), else 202"
     )

@@ -46,10 +46,6 @@ class Scales:
     """How a node's series of the metric combine at an instant (the registry's
     node_aggregation: sum, mean, max, min; "": the worst of them)."""
 
-    @classmethod
-    def none(cls) -> Scales:
-        return cls([], [], [], [], [], [], [])
-
     def params(self) -> dict[str, Any]:
         return {
             "fp_metrics": self.metrics,

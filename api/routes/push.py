@@ -1,5 +1,6 @@
 """POST /api/metrics: readings pushed by users (pusher or admin token), accepted once
-Kafka has every one of them."""
+Kafka has every one of them; POST /api/v1/write: the same from Prometheus' remote_write
+(api/remote_write.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from api import push
+from api import push, remote_write
 from api.infra.auth import Principal, Role, principal
 from api.infra.errors import TooLarge
-from api.schemas import ErrorBody, PushAccepted
+from api.schemas import ErrorBody, PushAccepted, RemoteWriteAccepted
 
 router = APIRouter(prefix="/api", tags=["metrics"])
 
@@ -87,3 +88,60 @@ async def post_metrics(request: Request, who: Pusher) -> JSONResponse:
         push.push, readings, who, app.clickhouse, app.kafka, settings, app.push_limits
     )
     return JSONResponse({"accepted": count}, status_code=202)
+
+
+@router.post(
+    "/v1/write",
+    operation_id="prometheus_remote_write",
+    response_model=RemoteWriteAccepted,
+    responses={
+        400: {
+            "model": ErrorBody,
+            "description": "corrupt snappy or protobuf, a series with no device or a bad "
+            "name, label or time: nothing written",
+        },
+        401: {"model": ErrorBody},
+        403: {"model": ErrorBody, "description": "a device the token may not push for"},
+        413: {"model": ErrorBody, "description": "too many samples or bytes in one write"},
+        415: {"model": ErrorBody, "description": "not remote_write 1.0's content type or encoding"},
+        429: {
+            "model": ErrorBody,
+            "description": "the token's rate or new-series limit is reached (Retry-After)",
+        },
+        503: {
+            "model": ErrorBody,
+            "description": "Kafka did not acknowledge every message (Prometheus retries)",
+        },
+    },
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                remote_write.CONTENT_TYPE: {"schema": {"type": "string", "format": "binary"}}
+            },
+        }
+    },
+    summary="Prometheus remote_write 1.0 (agent token: its nodes; pusher: its jobs'; admin: any)",
+)
+async def post_remote_write(request: Request, who: Pusher) -> JSONResponse:
+    """A snappy-compressed protobuf WriteRequest (Content-Encoding: snappy, Content-Type:
+    application/x-protobuf), as Prometheus, vmagent or Alloy send it. `__name__` is the metric
+    id, `instance` (else `host`) names the device through JOBSCOPE_PUSH_DEVICES (else its host
+    name), `job` is dropped, other labels are kept (none starting with `_`: 400). NaN and
+    infinite samples (stale markers) are skipped and counted. Authorised and all or nothing as
+    POST /api/metrics; 200 once Kafka has acknowledged every message, 503 (retried) if not."""
+    app = request.app.state
+    settings = app.settings
+    remote_write.check_headers(request.headers)
+    body = await _body(request, settings.push_max_body_bytes)
+    batch = await run_in_threadpool(remote_write.parse, body, settings, who, app.push_devices)
+    count = 0
+    if batch.readings:
+        key = push.limit_key(who)
+        if key is not None:
+            app.push_limits.admit_rate(key, len(batch.readings))
+        count = await run_in_threadpool(
+            push.push, batch.readings, who, app.clickhouse, app.kafka, settings, app.push_limits
+        )
+    skipped = vars(batch.skipped)
+    return JSONResponse({"accepted": count, "skipped": skipped}, status_code=200)
