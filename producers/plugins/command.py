@@ -11,7 +11,8 @@ import signal
 from collections.abc import Sequence
 
 KILL_GRACE_S = 1.0
-"""Beyond the command's own timeout, before it is killed."""
+"""How long past its timeout a command may run before it is killed (ipmi-sensors gives up
+by itself at its timeout, with a clearer message than ours)."""
 
 
 async def run(

@@ -35,8 +35,6 @@ SDR_CACHE_DIR = Path(
     )
 )
 """Where `ipmi-sensors` keeps each BMC's SDR (its sensor list) between polls."""
-"""How long past `timeout_s` a run may take before it is killed (ipmi-sensors gives up by
-itself at `timeout_s`, with a clearer message)."""
 _STALE_CACHE = ("out of date", "invalid", "corrupt")
 """Words of an `SDR Cache ...` error: the cache is rebuilt and the run retried once."""
 

@@ -29,7 +29,6 @@ if TYPE_CHECKING:
 
 MAX_CONCURRENT_RUNS = int(os.environ.get("JOBSCOPE_NVIDIASMI_MAX_CONCURRENT", "32"))
 """How many `nvidia-smi` runs the process allows at once (over all hosts)."""
-"""How long past `timeout_s` the run is given before it is killed."""
 _UNKNOWN_FIELD = re.compile(r'Field "([^"]+)" is not a valid field to query')
 GPU_LABELS = ("gpu", "gpu_uuid")
 MIB = 1024 * 1024
