@@ -10,6 +10,7 @@ labelled with its GPU's `gpu` (index) and `gpu_uuid`; values are in base units (
 from __future__ import annotations
 
 import csv
+import math
 import os
 import re
 import shlex
@@ -213,6 +214,8 @@ class NvidiaSmiPlugin(OneRequestPlugin):
         try:
             number = float(int(text, 16)) if spec.hex else float(text)
         except ValueError:
+            number = math.nan
+        if not math.isfinite(number):
             self.skips.skip(entry.device_id, what, f"reading {text!r}")
             return None
         return number * spec.factor

@@ -200,6 +200,30 @@ def test_na_and_not_supported_are_skipped_never_zero(tmp_path: Path) -> None:
     assert plugin.skips.count == 4  # two fields of two GPUs
 
 
+def test_a_value_that_is_not_finite_is_skipped() -> None:
+    """A program answering nan or inf (a wrapper, a broken driver) publishes no such value:
+    ClickHouse would refuse it, and a summary would carry it."""
+    answer = "0, GPU-a, nan, 30\n1, GPU-b, inf, 31\n"
+    plugin = build(
+        [
+            DeviceEntry(
+                name="gpu_nvidiasmi",
+                device_id="node-1",
+                url="nvidiasmi://",
+                options={
+                    "command": [sys.executable, "-c", f"print({answer!r}, end='')"],
+                    "fields": ["power.draw", "temperature.gpu"],
+                },
+            )
+        ]
+    )
+    assert poll(plugin) == {
+        ("node-1", "gpu_temp_celsius", "0"): 30.0,
+        ("node-1", "gpu_temp_celsius", "1"): 31.0,
+    }
+    assert plugin.skips.count == 2
+
+
 def test_a_field_this_nvidia_smi_lacks_is_left_out_and_the_others_read() -> None:
     """An older driver's nvidia-smi refuses total_energy_consumption: the run is repeated
     without it, once; later polls no longer ask for it."""
