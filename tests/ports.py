@@ -48,6 +48,7 @@ TABLE: dict[str, tuple[int, int]] = {
     "report-policy": (73, 1),  # tests/api/test_report.py: an API under JOBSCOPE_READ_POLICY=jobs
     "job-records": (74, 1),  # tests/api/test_job_records.py: an API refreshing records fast
     "remote-write": (75, 3),  # tests/api/test_remote_write.py: node_exporter, API, Prometheus
+    "exporters": (78, 1),  # tests/producers/plugins/test_prometheus_exporters.py
 }
 
 

@@ -208,6 +208,9 @@ PRODUCED = [
     "gpu_memory_temp_celsius",
     "gpu_sm_clock_hertz",
     "gpu_clocks_event_reasons",
+    # producers/plugins/prometheus/exporters/
+    "cpu_energy_joules_total",
+    "memory_energy_joules_total",
 ]
 
 

@@ -5,8 +5,9 @@ producer reads its file.
 - A sample is kept when its name is listed (`metrics`) or matches `match` (all samples when
   neither is given), and its labels pass every `label.NAME=REGEX` (keep) and
   `label.NAME!=REGEX` (drop) filter; names and labels as exposed.
-- Its reading is `<prefix><name>` (`prom_node_load1`, as Kwollect names them), with its
-  labels (but empty ones, which Prometheus reads as absent: see exposition.py) and the entry's
+- Its reading is `<prefix><name>` (`prom_node_load1`, as Kwollect names them), or the name
+  `rename.<name>` gives, with its labels (`relabel.` renames them; empty ones are left out,
+  as Prometheus reads them as absent: see exposition.py) and the entry's
   (which win: a clashing exposed label is kept as `exported_<name>`, as Prometheus does),
   its value times the entry's scale_factor, at the tick's time or the sample's own.
 - Kwollect's convention: `kwollect_custom{_metric_id="<name>", _timestamp="<epoch s>", ...}`
@@ -50,13 +51,17 @@ RESERVED_PREFIX = "_"
 """Labels starting with it are jobscope's and the operator's, never a sample's own."""
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _LABEL_KEY = re.compile(r"label\.([a-zA-Z_][a-zA-Z0-9_]*)(!?)")
+_RENAME_KEY = re.compile(r"(rename|relabel)\.(.+)")
+_LABEL_NAME = re.compile(r"[a-zA-Z][a-zA-Z0-9_]*")
+"""A label a sample's may be renamed to (not reserved: no leading `_`)."""
 _MAX_SECONDS = 2**62 / 1e6
 _MAX_NAMES = 100_000
 
 
 class SelectOptions(BaseModel):
     """The selection and naming options of a `prometheus://` or `file://` URL's query
-    string: `metrics=a,b`, `match=REGEX`, `label.NAME=REGEX`, `label.NAME!=REGEX`, `prefix=`."""
+    string: `metrics=a,b`, `match=REGEX`, `label.NAME=REGEX`, `label.NAME!=REGEX`, `prefix=`,
+    `rename.NAME=METRIC`, `relabel.LABEL=NEW`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -71,6 +76,15 @@ class SelectOptions(BaseModel):
     )
     drop_labels: Mapping[str, re.Pattern[str]] = Field(
         default_factory=dict, description="label.NAME!=REGEX: drop when the value matches"
+    )
+    rename: Mapping[str, str] = Field(
+        default_factory=dict,
+        description="rename.NAME=METRIC: the reading of sample NAME is called METRIC "
+        "(no prefix), e.g. an exporter's names as jobscope's (gpu_power_watt)",
+    )
+    relabel: Mapping[str, str] = Field(
+        default_factory=dict,
+        description="relabel.LABEL=NEW: a sample's label LABEL is called NEW (UUID -> gpu_uuid)",
     )
     prefix: str = Field(
         "prom_",
@@ -96,10 +110,14 @@ class SelectOptions(BaseModel):
         fields: dict[str, Any] = {}
         keep: dict[str, str] = {}
         drop: dict[str, str] = {}
+        renames: dict[str, dict[str, str]] = {"rename": {}, "relabel": {}}
         for key, value in data.items():
             label = _LABEL_KEY.fullmatch(key)
+            renamed = _RENAME_KEY.fullmatch(key)
             if label is not None:
                 (drop if label[2] else keep)[label[1]] = value
+            elif renamed is not None:
+                renames[renamed[1]][renamed[2]] = _renamed(renamed[1], renamed[2], value)
             elif key == "metrics" and isinstance(value, str):
                 names = frozenset(n.strip() for n in value.split(",") if n.strip())
                 bad = sorted(n for n in names if not _NAME.fullmatch(n))
@@ -112,7 +130,18 @@ class SelectOptions(BaseModel):
             fields["keep_labels"] = keep
         if drop:
             fields["drop_labels"] = drop
+        fields.update((option, mapping) for option, mapping in renames.items() if mapping)
         return fields
+
+
+def _renamed(option: str, old: str, new: object) -> str:
+    """`rename.NAME=METRIC` and `relabel.LABEL=NEW`, checked: names that can be, labels that
+    are not reserved (`_...`: jobscope's own, as `_device_alias`)."""
+    pattern = _NAME if option == "rename" else _LABEL_NAME
+    if not isinstance(new, str) or not pattern.fullmatch(new) or not pattern.fullmatch(old):
+        kind = "metric" if option == "rename" else "label (not starting with _)"
+        raise ValueError(f"{option}.{old}={new}: not a {kind} name")
+    return new
 
 
 def query_options(url: str, model: type[Options]) -> Options:
@@ -146,7 +175,7 @@ class Selection:
         names, match = options.metrics, options.match
         keep, drop = options.keep_labels, options.drop_labels
         scale, device_id, metric_ids = self.scale, self.device_id, self._ids
-        entry_labels = self.entry_labels
+        entry_labels, relabel = self.entry_labels, options.relabel
         listed_seen: set[str] = set()
         seen: set[tuple[object, ...]] = set()
         out: list[Reading] = []
@@ -170,6 +199,8 @@ class Selection:
                 metric = metric_ids.get(name) or self._metric_id(name)
                 if labels and self._reserved(name, labels, skips):
                     continue
+            if relabel:
+                labels = {relabel.get(k, k): v for k, v in labels.items()}
             if entry_labels:
                 labels = self._with_entry_labels(labels)
             if scale != 1.0:
@@ -190,7 +221,7 @@ class Selection:
     def _metric_id(self, name: str) -> str:
         if len(self._ids) >= _MAX_NAMES:
             self._ids.clear()
-        metric = self._ids[name] = self.options.prefix + name
+        metric = self._ids[name] = self.options.rename.get(name) or self.options.prefix + name
         return metric
 
     def _custom(
