@@ -561,9 +561,16 @@ class Jobscope(System):
     def _api(self, data: Dataset, quick: bool) -> dict[str, Any]:
         """The job API's figures (bench/systems/jobscope_api.py), on the API started here."""
         assert self.reader is not None
-        services.start_api(self.settings)
+        services.start_api(self.settings, env={"JOBSCOPE_RECORDS_INTERVAL_S": "0"})
         assert self.admin is not None
-        return jobscope_api.measure(self.settings, self.admin, self.reader, data, quick)
+
+        def restart_api(env: dict[str, str]) -> None:
+            services.process(self.settings, "api").stop()
+            services.start_api(self.settings, env=env)
+
+        return jobscope_api.measure(
+            self.settings, self.admin, self.reader, data, quick, restart_api
+        )
 
     def _floor(self) -> dict[str, Any]:
         """`query_floor_s`: the median of a one-row query (`SELECT 1`) as the query shapes
