@@ -36,7 +36,7 @@ SYSTEMS: dict[str, Callable[[Path], System]] = {
 ONLY_STEPS = ("rollups", "freshness", "api", "abuse", "floor", "drain")
 # Producers' polling benchmarks (bench/polling/<step>.py), after the storage part; with --only
 # naming nothing else, the storage part (data set, systems' load) is skipped.
-POLLING_STEPS = ("snmp", "ipmi", "ondemand", "prometheus", "wattmeter", "live")
+POLLING_STEPS = ("snmp", "ipmi", "ondemand", "prometheus", "wattmeter", "live", "remote_write")
 log = logging.getLogger("bench")
 
 

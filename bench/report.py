@@ -498,6 +498,17 @@ def polling_markdown(results: dict[str, Any]) -> str:
             "| Prometheus exporters: jobscope / Prometheus | "
             f"{_fmt(results.get('prometheus_vs_server'), '{:.2f}x')} |",
         ]
+    if "remote_write" in results:
+        ratio, goal = results["remote_write_vs_victoriametrics"], results["remote_write_goal"]
+        lines += [
+            "| remote_write: jobscope's gateway (to Kafka), samples per CPU-second | "
+            f"{_fmt(results.get('remote_write_samples_per_core_s'), '{:,.0f}')} |",
+            "| remote_write: VictoriaMetrics, samples per CPU-second | "
+            f"{_fmt(results.get('remote_write_victoriametrics_samples_per_core_s'), '{:,.0f}')} |",
+            f"| remote_write: jobscope / VictoriaMetrics | {ratio:.2f}x; goal >= {goal:g}: "
+            + ("met" if ratio >= goal else "MISSED")
+            + " |",
+        ]
     if "on_demand_activation_s" in results:
         median, worst = results["on_demand_activation_s"], results["on_demand_activation_max_s"]
         goal = results["on_demand"]["goal_s"]
