@@ -70,6 +70,10 @@ def job_message(job: JobCreate, updated_at: datetime) -> JobMessage:
         site=job.site or "",
         labels=job.labels or {},
         updated_at=iso(updated_at),
+        allocations={
+            node: entry.model_dump(exclude_none=True)
+            for node, entry in (job.allocations or {}).items()
+        },
     )
 
 

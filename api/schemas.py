@@ -6,10 +6,19 @@ from enum import StrEnum
 from typing import Any, Literal
 
 import hostlist
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+import orjson
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from api.infra.params import TIME_HELP, device_name, iso, to_time
 from api.infra.probes import ComponentHealth
+from kafka import allocations as allocation
 
 
 class Reading(BaseModel):
@@ -80,6 +89,57 @@ def _pattern_or_none(value: str | None) -> str | None:
     return value or None
 
 
+class Allocation(BaseModel):
+    """What a job was given inside one node (kafka/allocations.py). Readings labelled `gpu`
+    or `gpu_uuid` (`cpu` or `core`) on that node are the job's only for its GPUs (CPUs);
+    every other reading of the node stays in the job (docs/jobs.md, "Allocations")."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cpus: str | int | None = Field(
+        None,
+        description="CPU ids as a Linux cpuset list (`0-15,32`, ids up to 65535), or only "
+        "their count (then per-CPU readings are not told apart)",
+        examples=["0-15,32"],
+    )
+    gpus: list[str] | None = Field(
+        None, description="GPU indexes (nvidia-smi's `index`)", examples=[["0", "1"]]
+    )
+    gpu_uuids: list[str] | None = Field(
+        None, description="GPU (or MIG instance) UUIDs", examples=[["GPU-5d3f…"]]
+    )
+    memory_mb: int | None = Field(None, description="memory, MB", examples=[64000])
+
+    @model_validator(mode="before")
+    @classmethod
+    def _canonical(cls, value: Any) -> Any:
+        """Checked and written canonically (cpuset shortest, GPUs sorted and unique)."""
+        if isinstance(value, Allocation):
+            return value
+        return allocation.normalized_entry(value)
+
+
+def _expanded_allocations(value: dict[str, Allocation] | None) -> dict[str, Allocation] | None:
+    """Keys may be hostlist expressions (`gpu-[01-04]`, as scontrol groups nodes given the
+    same); a domain suffix is dropped, as for nodes."""
+    if value is None:
+        return None
+    out: dict[str, Allocation] = {}
+    for key, entry in value.items():
+        try:
+            names = hostlist.expand_hostlist(key)
+        except hostlist.BadHostlist as exc:
+            raise ValueError(f"{key[:64]!r} is not a node or hostlist expression: {exc}") from exc
+        for name in names:
+            node = device_name(name.strip())
+            if node in out:
+                raise ValueError(f"{node}: given twice")
+            if len(out) >= MAX_JOB_NODES:
+                raise ValueError(f"more than {MAX_JOB_NODES} nodes")
+            out[node] = entry
+    return out
+
+
 class JobFields(BaseModel):
     """What a scheduler says of a job; every field is optional in a PATCH."""
 
@@ -103,6 +163,14 @@ class JobFields(BaseModel):
     state: JobState | None = Field(None, examples=["running"])
     site: str | None = Field(None, max_length=256, examples=["nancy"])
     labels: dict[str, str] | None = Field(None, examples=[{"name": "stress-test"}])
+    allocations: dict[str, Allocation] | None = Field(
+        None,
+        description="per node (a name or hostlist expression), what the job was given inside "
+        "it; absent or empty: whole nodes. Every node must be one of the job's",
+        examples=[{"gpu-01": {"cpus": "0-15", "gpus": ["0", "1"], "memory_mb": 64000}}],
+    )
+
+    _expand_allocations = field_validator("allocations")(_expanded_allocations)
 
     @field_validator("nodes")
     @classmethod
@@ -147,6 +215,42 @@ class JobCreate(JobFields):
     )
     state: JobState = Field(JobState.RUNNING, examples=["running"])
 
+    @model_validator(mode="after")
+    def _allocations_on_job_nodes(self) -> JobCreate:
+        """Every node given is the job's; nodes given nothing are left out (whole nodes)."""
+        stray = sorted(set(self.allocations or {}) - set(self.nodes or []))
+        if stray:
+            raise ValueError(f"allocations: {stray[0]} is not a node of the job")
+        if self.allocations:
+            self.allocations = {
+                node: entry
+                for node, entry in self.allocations.items()
+                if entry.model_dump(exclude_none=True)
+            }
+        return self
+
+
+def _stored_allocations(value: Any) -> Any:
+    """ClickHouse's JSON text ('' for none). Another writer's entry that is not a valid
+    allocation is left out (that node is then the job's whole), never an error."""
+    if isinstance(value, str | bytes):
+        try:
+            value = orjson.loads(value) if value else {}
+        except orjson.JSONDecodeError:
+            return {}
+    if not isinstance(value, dict):
+        return {}
+    out = {}
+    for node, entry in value.items():
+        if isinstance(entry, Allocation):
+            out[node] = entry
+            continue
+        try:
+            out[node] = allocation.normalized_entry(entry)
+        except ValueError:
+            continue
+    return out
+
 
 class Job(BaseModel):
     """A job as stored: the newest version the scheduler sent."""
@@ -162,6 +266,13 @@ class Job(BaseModel):
     site: str = Field(examples=[""])
     labels: dict[str, str] = Field(examples=[{}])
     updated_at: str = Field(examples=["2026-11-23T09:00:00.123456+00:00"])
+    allocations: dict[str, Allocation] = Field(
+        default_factory=dict,
+        description="per node, what the job was given inside it; {}: whole nodes",
+        examples=[{"gpu-01": {"cpus": "0-15", "gpus": ["0", "1"]}}],
+    )
+
+    _read_allocations = field_validator("allocations", mode="before")(_stored_allocations)
 
 
 class JobListed(Job):

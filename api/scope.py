@@ -13,6 +13,7 @@ from clickhouse_connect.driver.client import Client
 from api.infra.params import NamePatterns, to_time
 from api.queries.metrics import Selection, aliased_devices
 from api.schemas import Job
+from kafka.allocations import Allocated
 
 
 @dataclass(frozen=True)
@@ -54,8 +55,9 @@ def job_span(job: Job) -> tuple[datetime, datetime] | None:
 
 def job_selection(job: Job, asked: Asked) -> Selection | None:
     """The job's scope, narrowed by the request's devices, metrics, labels and times (never
-    widened: a time outside the job is clamped to it), at the job's site (when it has one).
-    None when nothing can match."""
+    widened: a time outside the job is clamped to it), at the job's site (when it has one),
+    per-GPU and per-CPU readings of its nodes kept only for what it was allocated. None when
+    nothing can match."""
     span = job_span(job)
     if span is None or not job.nodes:
         return None
@@ -72,6 +74,14 @@ def job_selection(job: Job, asked: Asked) -> Selection | None:
         measured=True,
         only=asked.devices,
         site=job.site or None,
+        allocated=job_allocated(job),
+    )
+
+
+def job_allocated(job: Job) -> Allocated | None:
+    """The GPUs and CPU ids a job holds per node; None for a whole-node job."""
+    return Allocated.of(
+        {node: entry.model_dump(exclude_none=True) for node, entry in job.allocations.items()}
     )
 
 

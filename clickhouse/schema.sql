@@ -146,7 +146,8 @@ CREATE TABLE jobs
     `state` LowCardinality(String),
     `site` LowCardinality(String),
     `labels` Map(String, String),
-    `updated_at` DateTime64(6, 'UTC')
+    `updated_at` DateTime64(6, 'UTC'),
+    `allocations` String DEFAULT '' CODEC(ZSTD(1))
 )
 ENGINE = ReplacingMergeTree(updated_at)
 ORDER BY (site, job_id)
@@ -164,10 +165,11 @@ CREATE TABLE jobs_queue
     `state` String,
     `site` String,
     `labels` Map(String, String),
-    `updated_at` Nullable(String)
+    `updated_at` Nullable(String),
+    `allocations` String
 )
 ENGINE = Kafka
-SETTINGS kafka_broker_list = '127.0.0.1:9092', kafka_topic_list = 'jobs', kafka_group_name = 'jobscope-clickhouse-jobs', kafka_format = 'JSONEachRow', kafka_handle_error_mode = 'stream', kafka_num_consumers = 1, kafka_flush_interval_ms = 500;
+SETTINGS kafka_broker_list = '127.0.0.1:9092', kafka_topic_list = 'jobs', kafka_group_name = 'jobscope-clickhouse-jobs', kafka_format = 'JSONEachRow', kafka_handle_error_mode = 'stream', kafka_num_consumers = 1, kafka_flush_interval_ms = 500, input_format_json_read_objects_as_strings = 1;
 
 CREATE TABLE metrics
 (
@@ -466,7 +468,7 @@ AS SELECT
     _partition AS partition,
     _offset AS offset,
     _key AS key,
-    if(_error != '', _raw_message, formatRowNoNewline('JSONEachRow', job_id, user, project, queue, nodes, start, end, state, site, labels, updated_at)) AS raw_message,
+    if(_error != '', _raw_message, formatRowNoNewline('JSONEachRow', job_id, user, project, queue, nodes, start, end, state, site, labels, updated_at, allocations)) AS raw_message,
     if(_error != '', _error, multiIf((job_id = '') OR (NOT isValidUTF8(job_id)), 'empty or non-UTF-8 job_id', (state NOT IN ('waiting', 'running', 'terminated', 'error')), concat('state "', state, '" is not waiting, running, terminated or error'), (start IS NOT NULL) AND (start != '') AND (if((start IS NULL) OR (start = ''), NULL, parseDateTime64BestEffortOrNull(start, 6, 'UTC')) IS NULL), concat('start "', start, '" is not a time'), (end IS NOT NULL) AND (end != '') AND (if((end IS NULL) OR (end = ''), NULL, parseDateTime64BestEffortOrNull(end, 6, 'UTC')) IS NULL), concat('end "', end, '" is not a time'), ifNull(if((end IS NULL) OR (end = ''), NULL, parseDateTime64BestEffortOrNull(end, 6, 'UTC')) < if((start IS NULL) OR (start = ''), NULL, parseDateTime64BestEffortOrNull(start, 6, 'UTC')), 0), 'end is before start', '')) AS error
 FROM jobs_queue
 WHERE (_error != '') OR (multiIf((job_id = '') OR (NOT isValidUTF8(job_id)), 'empty or non-UTF-8 job_id', (state NOT IN ('waiting', 'running', 'terminated', 'error')), concat('state "', state, '" is not waiting, running, terminated or error'), (start IS NOT NULL) AND (start != '') AND (if((start IS NULL) OR (start = ''), NULL, parseDateTime64BestEffortOrNull(start, 6, 'UTC')) IS NULL), concat('start "', start, '" is not a time'), (end IS NOT NULL) AND (end != '') AND (if((end IS NULL) OR (end = ''), NULL, parseDateTime64BestEffortOrNull(end, 6, 'UTC')) IS NULL), concat('end "', end, '" is not a time'), ifNull(if((end IS NULL) OR (end = ''), NULL, parseDateTime64BestEffortOrNull(end, 6, 'UTC')) < if((start IS NULL) OR (start = ''), NULL, parseDateTime64BestEffortOrNull(start, 6, 'UTC')), 0), 'end is before start', '') != '');
@@ -483,7 +485,8 @@ CREATE MATERIALIZED VIEW jobs_queue_mv TO jobs
     `state` String,
     `site` String,
     `labels` Map(String, String),
-    `updated_at` DateTime64(6, 'UTC')
+    `updated_at` DateTime64(6, 'UTC'),
+    `allocations` String
 )
 AS WITH if(endsWith(_topic, concat('.', 'jobs')), substring(_topic, 1, (length(_topic) - length('jobs')) - 1), '') AS topic_site
 SELECT
@@ -497,7 +500,8 @@ SELECT
     state,
     if(topic_site = '', site, topic_site) AS site,
     labels,
-    coalesce(if((updated_at IS NULL) OR (updated_at = ''), NULL, parseDateTime64BestEffortOrNull(updated_at, 6, 'UTC')), now64(6)) AS updated_at
+    coalesce(if((updated_at IS NULL) OR (updated_at = ''), NULL, parseDateTime64BestEffortOrNull(updated_at, 6, 'UTC')), now64(6)) AS updated_at,
+    allocations
 FROM jobs_queue
 WHERE (_error = '') AND (multiIf((job_id = '') OR (NOT isValidUTF8(job_id)), 'empty or non-UTF-8 job_id', (state NOT IN ('waiting', 'running', 'terminated', 'error')), concat('state "', state, '" is not waiting, running, terminated or error'), (start IS NOT NULL) AND (start != '') AND (if((start IS NULL) OR (start = ''), NULL, parseDateTime64BestEffortOrNull(start, 6, 'UTC')) IS NULL), concat('start "', start, '" is not a time'), (end IS NOT NULL) AND (end != '') AND (if((end IS NULL) OR (end = ''), NULL, parseDateTime64BestEffortOrNull(end, 6, 'UTC')) IS NULL), concat('end "', end, '" is not a time'), ifNull(if((end IS NULL) OR (end = ''), NULL, parseDateTime64BestEffortOrNull(end, 6, 'UTC')) < if((start IS NULL) OR (start = ''), NULL, parseDateTime64BestEffortOrNull(start, 6, 'UTC')), 0), 'end is before start', '') = '');
 

@@ -4,15 +4,20 @@ The API writes it (`POST/PATCH /api/jobs`) with `encode`; ClickHouse reads it wi
 Kafka-engine table `jobs_queue`, whose columns are this model's fields
 (tests/kafka/test_job_messages.py); `decode` reads it back. Specified in
 kafka/WIRE_FORMAT.md, "The jobs topic", with vectors in `json_vectors.json`.
+`allocations` (kafka/allocations.py) is written only when the job has some, so a job
+without them is the same bytes as before the field existed, and a message without it is a
+whole-node job.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
 import orjson
+
+from kafka import allocations as allocation
 
 STATES = ("waiting", "running", "terminated", "error")
 """A job's states, as the API and ClickHouse's `jobs_queue` views accept them."""
@@ -38,6 +43,9 @@ class JobMessage:
     labels: dict[str, str]
     updated_at: str
     """When this version was written, as `start`: the newest version of a job wins."""
+    allocations: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per node, what the job was given inside it (kafka/allocations.py, canonical form);
+    absent or empty: whole nodes."""
 
 
 FIELDS = tuple(f.name for f in fields(JobMessage))
@@ -49,8 +57,11 @@ def key(job: JobMessage) -> str:
 
 
 def encode(job: JobMessage) -> bytes:
-    """The message value: a JSON object of every field, in field order."""
-    return orjson.dumps(job)
+    """The message value: a JSON object of every field, in field order (`allocations` only
+    when not empty)."""
+    if job.allocations:
+        return orjson.dumps(job)
+    return orjson.dumps({name: getattr(job, name) for name in FIELDS[:-1]})
 
 
 def decode(value: bytes) -> JobMessage:
@@ -61,7 +72,7 @@ def decode(value: bytes) -> JobMessage:
     unknown = sorted(set(document) - set(FIELDS))
     if unknown:
         raise ValueError(f"{unknown[0]}: not a field of a job message")
-    for name in FIELDS:
+    for name in FIELDS[:-1]:
         if name not in document:
             raise ValueError(f"{name}: missing")
     for name in ("job_id", "user", "project", "queue", "state", "site"):
@@ -79,6 +90,10 @@ def decode(value: bytes) -> JobMessage:
     start, end = (_time(name, document[name], nullable=True) for name in ("start", "end"))
     _check("end", start is None or end is None or start <= end, "a time after start")
     _time("updated_at", document["updated_at"], nullable=False)
+    try:
+        document["allocations"] = allocation.normalized(document.get("allocations", {}), nodes)
+    except ValueError as exc:
+        raise ValueError(f"allocations: {exc}") from None
     return JobMessage(**document)
 
 

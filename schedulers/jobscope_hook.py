@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import socket
 import subprocess
@@ -38,6 +39,9 @@ CONFIG_KEYS = (
     "JOBSCOPE_REPORT_ADMIN_COMMENT",  # Slurm: "yes" writes the report's URL as AdminComment
     "JOBSCOPE_REPORT_DIR",  # a folder: the end hook writes <dir>/<job id>.html there
     "JOBSCOPE_SCONTROL",  # Slurm: the scontrol command (default: scontrol)
+    # Slurm: "yes" reads each node's CPU ids, GPU indexes and memory from
+    # `scontrol show job -d` at job start (one more call to slurmctld per job)
+    "JOBSCOPE_SLURM_ALLOCATIONS",
     "JOBSCOPE_MAIL_PROG",  # slurm/jobscope_mail: the site's mail program (default /usr/bin/mail)
     "JOBSCOPE_MAIL_ATTACH",  # slurm/jobscope_mail: "yes" attaches the HTML report (mail -a)
 )
@@ -358,6 +362,82 @@ def slurm_job(hook: Hook) -> dict[str, Any]:
         "site": hook.setting("JOBSCOPE_SITE") or env.get("SLURM_CLUSTER_NAME", ""),
         "labels": labels,
     }
+
+
+# Where slurmctld or slurmd says which GPUs a job holds, most precise first: a list of
+# indexes (`0,1`) or UUIDs. `NoDevFiles`: GRES without device files.
+SLURM_GPU_VARIABLES = ("SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "CUDA_VISIBLE_DEVICES")
+# `scontrol show job -d`: one line per group of nodes given the same, e.g.
+#      Nodes=gpu-[01-02] CPU_IDs=0-15,32 Mem=64000 GRES=gpu:a100:2(IDX:0-1)
+_DETAIL_LINE = re.compile(r"^\s*Nodes=(\S+)\s+CPU_IDs=(\S+)(.*)$", re.M)
+_DETAIL_MEM = re.compile(r"\bMem=(\d+)\b")
+_GPU_IDX = re.compile(r"\bgpu(?::[^:(),\s]+)*\(IDX:([0-9,\-]+)\)")
+
+
+def index_list(text: str) -> list[str]:
+    """`0-1,3` as ["0", "1", "3"]; [] if it is not such a list (or holds over 4096 ids)."""
+    ids: list[str] = []
+    for item in text.split(","):
+        first, _, last = item.strip().partition("-")
+        if not first.isdigit() or (last and not last.isdigit()):
+            return []
+        end = int(last or first)
+        if end < int(first) or end - int(first) + len(ids) >= 4096:
+            return []
+        ids += [str(i) for i in range(int(first), end + 1)]
+    return ids
+
+
+def slurm_env_gpus(env: Mapping[str, str]) -> dict[str, list[str]]:
+    """The GPUs the environment names: {"gpus": [...]} (indexes) or {"gpu_uuids": [...]}."""
+    for variable in SLURM_GPU_VARIABLES:
+        value = env.get(variable, "").strip()
+        if not value or value == "NoDevFiles":
+            continue
+        indexes = index_list(value)
+        if indexes:
+            return {"gpus": indexes}
+        uuids = [u.strip() for u in value.split(",") if u.strip()]
+        if all(re.fullmatch(r"(GPU|MIG)-[A-Za-z0-9_./:-]{1,124}", u) for u in uuids):
+            return {"gpu_uuids": uuids}
+    return {}
+
+
+def parse_scontrol_detail(text: str) -> dict[str, dict[str, Any]]:
+    """Per node group (a hostlist expression, which the API expands) of `scontrol show job -d`
+    output: {"cpus": CPU_IDs, "gpus": [indexes], "memory_mb": Mem}. CPU_IDs are Slurm's
+    abstract ids, the OS's where the node's CPU layout is declared as the OS numbers it."""
+    out: dict[str, dict[str, Any]] = {}
+    for nodes, cpu_ids, rest in _DETAIL_LINE.findall(text):
+        entry: dict[str, Any] = {}
+        if index_list(cpu_ids):
+            entry["cpus"] = cpu_ids
+        gpus = [i for found in _GPU_IDX.findall(rest) for i in index_list(found)]
+        if gpus:
+            entry["gpus"] = gpus
+        memory = _DETAIL_MEM.search(rest)
+        if memory:
+            entry["memory_mb"] = int(memory[1])
+        if entry:
+            out[nodes] = entry
+    return out
+
+
+def slurm_allocations(hook: Hook, job: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """What the job holds inside its nodes: from `scontrol show job -d` when the config asks
+    for it (JOBSCOPE_SLURM_ALLOCATIONS=yes), else (or if it says nothing) the GPUs of the
+    environment, for a one-node job only (the variables do not say which node)."""
+    if hook.setting("JOBSCOPE_SLURM_ALLOCATIONS").lower() == "yes":
+        command = shlex.split(hook.setting("JOBSCOPE_SCONTROL", "scontrol"))
+        env_id = hook.environ.get("SLURM_JOB_ID") or str(job["job_id"])
+        stdout = run_tool(hook, [*command, "show", "job", "-d", env_id])
+        detail = parse_scontrol_detail(stdout.decode("utf-8", "replace")) if stdout else {}
+        if detail:
+            return detail
+    nodes = job.get("nodes")
+    one_node = isinstance(nodes, str) and nodes and not any(c in nodes for c in "[],")
+    gpus = slurm_env_gpus(hook.environ)
+    return {str(nodes): gpus} if one_node and gpus else {}
 
 
 def slurm_job_failed(env: Mapping[str, str]) -> bool:

@@ -4,7 +4,9 @@
 A reading is in scope when its device is one of the job's nodes, or it carries
 `_device_alias=<node>` for one of them (then it is shown under its own id without that
 label, and also summed under the node with the devices summed in `_device_orig`); its
-metric matches `metrics=`, its labels `label=`, and its time lies in [start, end].
+metric matches `metrics=`, its labels `label=`, and its time lies in [start, end]; a
+reading labelled with a GPU or CPU of a node where the job holds some is in scope only for
+those it holds (kafka/allocations.py, as the SQL of api/queries/metrics.py).
 
 `Seam` keeps, per series, the newest time the replay from ClickHouse returned: a live
 reading of that series not newer is one the replay already sent (see api/live/stream.py).
@@ -18,6 +20,7 @@ from typing import Any
 
 from api.infra.params import NamePatterns, glob_to_re2
 from api.queries.metrics import ALIAS
+from kafka.allocations import Allocated
 from kafka.message import iso_us
 from kafka.patterns import NameMatcher, compile_regex
 from kafka.reading import Reading
@@ -76,6 +79,8 @@ class LiveScope:
     only: frozenset[str] = frozenset()
     aliased: frozenset[str] = frozenset()
     """Devices seen measuring a node (`device_aliases`): their messages are read too."""
+    allocated: Allocated | None = None
+    """The job's GPUs and CPU ids per node; None: whole nodes."""
 
     @property
     def keys(self) -> frozenset[str]:
@@ -92,6 +97,10 @@ class LiveScope:
             if not own and alias not in self.nodes:
                 continue
             if not self._wanted(r):
+                continue
+            if self.allocated is not None and not self.allocated.admits(
+                r.device_id if alias is None else alias, r.labels
+            ):
                 continue
             labels = r.labels
             if alias is not None:

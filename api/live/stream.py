@@ -125,6 +125,7 @@ class JobStream:
         self.scope.start_us = to_us(chosen.start) if chosen else 0
         self.scope.end_us = to_us(to_time(job.end)) if job.end else None
         self.scope.aliased = frozenset(chosen.aliased) if chosen else frozenset()
+        self.scope.allocated = chosen.allocated if chosen else None
 
     def _selection(self, job: Job) -> Selection | None:
         """The job's scope from `since` on: to its end, or while it runs to a day ahead

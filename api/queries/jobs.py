@@ -14,7 +14,7 @@ JOB_COLUMNS = (
     "job_id, user, project, queue, nodes, "
     f"{iso_sql('start_time')} AS start, "
     f"{iso_sql('end_time')} AS end, "
-    f"state, site, labels, {iso_sql('updated_at')} AS updated_at"
+    f"state, site, labels, {iso_sql('updated_at')} AS updated_at, allocations"
 )
 
 

@@ -18,6 +18,7 @@ from typing import IO, Any
 from clickhouse_connect.driver.client import Client
 
 from api.infra.params import NamePatterns
+from kafka.allocations import Allocated
 
 ALIAS = "_device_alias"
 SITE = "_site"
@@ -81,6 +82,8 @@ class Selection:
     (`aliased_devices_query`; api/scope.py fills it in): without any, the query has no
     alias branch. `site`: only readings of that site (label `_site`, which a central
     jobscope gives every reading mirrored from a site) and readings without a site.
+    `allocated`: a job's GPUs and CPUs per node (kafka/allocations.py): a reading labelled
+    with another GPU or CPU of such a node is left out; None: no condition at all.
     """
 
     devices: tuple[str, ...]
@@ -92,10 +95,49 @@ class Selection:
     only: tuple[str, ...] = ()
     aliased: tuple[str, ...] = ()
     site: str | None = None
+    allocated: Allocated | None = None
 
 
-def _filters(s: Selection, params: dict[str, Any]) -> list[str]:
-    """Conditions on raw rows common to every branch: metrics, labels and site."""
+# The node a row counts for (`{node}` below), its GPU and its CPU id as labelled.
+_NODE_OF = f"if(mapContains(labels, '{ALIAS}'), labels['{ALIAS}'], {{device}})"
+_GPU_HELD = (
+    "(labels['gpu'] = '' AND labels['gpu_uuid'] = '' "
+    "OR NOT has({{alloc_gpu_nodes:Array(String)}}, {node}) "
+    "OR hasAny({{alloc_gpu_ids:Array(Array(String))}}"
+    "[indexOf({{alloc_gpu_nodes:Array(String)}}, {node})], [labels['gpu'], labels['gpu_uuid']]))"
+)
+_CPU = "if(labels['cpu'] != '', labels['cpu'], labels['core'])"
+_CPU_HELD = (
+    f"(NOT match({_CPU}, '^[0-9]{{{{1,9}}}}$') "
+    "OR NOT has({{alloc_cpu_nodes:Array(String)}}, {node}) "
+    "OR has({{alloc_cpu_ids:Array(Array(UInt32))}}"
+    f"[indexOf({{{{alloc_cpu_nodes:Array(String)}}}}, {{node}})], toUInt32OrZero({_CPU})))"
+)
+
+
+def _allocated(s: Selection, params: dict[str, Any], device: str) -> list[str]:
+    """A row labelled with a GPU (`gpu`, `gpu_uuid`) or a CPU id (`cpu`, else `core`) of a
+    node where the job holds some is kept only if the job holds that one (kafka/allocations.py
+    applies the same rule in Python). `device`: SQL of the row's own device id."""
+    a = s.allocated
+    if a is None:
+        return []
+    node = _NODE_OF.format(device=device)
+    where = []
+    if a.gpus:
+        params["alloc_gpu_nodes"] = [n for n, _ in a.gpus]
+        params["alloc_gpu_ids"] = [list(ids) for _, ids in a.gpus]
+        where.append(_GPU_HELD.format(node=node))
+    if a.cpus:
+        params["alloc_cpu_nodes"] = [n for n, _ in a.cpus]
+        params["alloc_cpu_ids"] = [list(ids) for _, ids in a.cpus]
+        where.append(_CPU_HELD.format(node=node))
+    return where
+
+
+def _filters(s: Selection, params: dict[str, Any], device: str = "device_id") -> list[str]:
+    """Conditions on raw rows common to every branch: metrics, labels, site and allocations
+    (`device`: SQL of the row's device id, qualified where an output column shadows it)."""
     where = []
     if s.metrics:
         params["metrics"] = list(s.metrics.exact)
@@ -110,7 +152,7 @@ def _filters(s: Selection, params: dict[str, Any]) -> list[str]:
     if s.site is not None:
         params["site"] = s.site
         where.append(f"labels['{SITE}'] IN ('', {{site:String}})")
-    return where
+    return where + _allocated(s, params, device)
 
 
 def _params(s: Selection) -> dict[str, Any]:
@@ -466,7 +508,7 @@ def node_instants(s: Selection, params: dict[str, Any]) -> str:
     readings, and those of the devices measuring it under its id. Cheaper than the rows when
     only their times matter."""
     params.update(_params(s))
-    extra = "".join(f" AND {c}" for c in _filters(s, params))
+    extra = "".join(f" AND {c}" for c in _filters(s, params, "metrics.device_id"))
     own = "if(metrics.device_id IN {devices:Array(String)}, [toString(metrics.device_id)], [])"
     aliased = f"if({_aliased_rows('metrics')}, [metrics.labels['{ALIAS}']], [])"
     devices = f"arrayConcat({own}, {aliased})" if s.aliased else own

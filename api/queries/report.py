@@ -57,6 +57,7 @@ def node_series(
         selection.labels,
         aliased=selection.aliased,
         site=selection.site,
+        allocated=selection.allocated,
     )
     params: dict[str, Any] = {}
     check = pending_in_span(narrowed, step_s, params)

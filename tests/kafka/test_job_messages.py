@@ -51,8 +51,30 @@ API_JOBS = {
         ),
         datetime(2026, 11, 23, 11, 0, 0, 1),
     ),
+    "gpu_job": (
+        JobCreate(
+            job_id="5150",
+            user="alice",
+            nodes="gpu-[01-02]",
+            start="2026-11-23T09:00:00Z",
+            allocations={
+                "gpu-01.site.org": {
+                    "cpus": "32,0-15",
+                    "gpus": [1, "0"],
+                    "gpu_uuids": [
+                        "GPU-5d3f0c4e-8f1b-4a53-9b7e-2f61c0a1d001",
+                        "GPU-5d3f0c4e-8f1b-4a53-9b7e-2f61c0a1d002",
+                    ],
+                    "memory_mb": 64000,
+                },
+                "gpu-02": {"cpus": 8, "gpus": ["2"]},
+            },
+        ),
+        datetime(2026, 11, 23, 9, 0, 0, 500000),
+    ),
 }
-"""What the API was asked to write for each jobs vector, and when."""
+"""What the API was asked to write for each jobs vector, and when (`gpu_job`: allocations
+given loosely, written canonically)."""
 API_ACTIVATIONS = {
     "job_activation": activation(
         JobCreate(job_id="4242", nodes=["node-1", "node-2"], end="2026-11-23T12:00:00Z"),
@@ -67,6 +89,7 @@ CLICKHOUSE_TYPES = {
     "str | None": "Nullable(String)",
     "list[str]": "Array(String)",
     "dict[str, str]": "Map(String, String)",
+    "dict[str, dict[str, Any]]": "String",  # allocations: the object's JSON text
 }
 """The ClickHouse column type of each field type of the jobs message."""
 
