@@ -1,4 +1,5 @@
-"""Which device a series pushed by a standard protocol (Prometheus remote_write) belongs to.
+"""Which device a series pushed by a standard protocol (Prometheus remote_write, Influx line
+protocol) belongs to.
 
 Such senders name the machine they scraped or run on by a label, `instance` (Prometheus:
 `host:port`) or else `host` (Telegraf), never by a jobscope device id. The site's map
@@ -18,13 +19,18 @@ false; an IP address names no device. The token still decides which devices a pu
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from pathlib import Path
 from typing import Annotated
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from api import push
+from api.infra.config import ApiSettings
+from api.infra.errors import ParameterError
 from api.infra.params import device_name
+from api.queries.metrics import ALIAS
 
 DEVICE_LABELS = ("instance", "host")
 """The labels naming a sender's machine, the first one present wins."""
@@ -97,6 +103,37 @@ class PushDevices:
         if match is None or not _HOST_NAME.match(match["host"]):
             return label, None
         return label, Target(device_id=device_name(match["host"]))
+
+    def place(
+        self,
+        where: str,
+        labels: dict[str, str],
+        dropped: Collection[str],
+        settings: ApiSettings,
+        source: str,
+    ) -> tuple[str, dict[str, str]]:
+        """The device id and the checked labels (as a push's, plus `source` and the map's
+        `_device_alias`) of a series with `labels`, less the label naming the device and
+        `dropped`; a ParameterError naming `where` when it names no device or is invalid."""
+        label, target = self.resolve(labels)
+        if target is None:
+            raise ParameterError(where, _no_device(label, labels))
+        device = push.check_device_id(f"{where}.{label}", target.device_id, settings)
+        kept = {k: v for k, v in labels.items() if k not in dropped and k != label}
+        kept = push.check_labels(f"{where}.labels", kept, settings, source)
+        if target.device_alias is not None:
+            kept[ALIAS] = push.check_device_id(where, target.device_alias, settings)
+        return device, kept
+
+
+def _no_device(label: str, labels: dict[str, str]) -> str:
+    if not label:
+        return "no instance or host label: which device it belongs to is unknown"
+    return (
+        f"{label} {labels[label]!r} names no device: map it in JOBSCOPE_PUSH_DEVICES "
+        "(an IP address, or any value when JOBSCOPE_PUSH_DEVICE_FROM_INSTANCE is false, "
+        "is never taken as a device id)"
+    )
 
 
 def _problem(data: object, exc: ValidationError) -> str:

@@ -32,7 +32,6 @@ from api.infra.config import ApiSettings
 from api.infra.errors import ParameterError, TooLarge
 from api.infra.tokens import Principal
 from api.push_devices import PushDevices
-from api.queries.metrics import ALIAS
 from kafka.reading import Reading
 
 CONTENT_TYPE = "application/x-protobuf"
@@ -254,14 +253,7 @@ def readings(
         if name:
             where = f"{where} ({name}{_shown(labels)})"
         metric = push.check_metric_id(f"{where}.__name__", name, settings)
-        label, target = devices.resolve(labels)
-        if target is None:
-            raise ParameterError(where, _no_device(label, labels))
-        device = push.check_device_id(f"{where}.{label}", target.device_id, settings)
-        kept = {k: v for k, v in labels.items() if k not in DROPPED_LABELS and k != label}
-        kept = push.check_labels(f"{where}.labels", kept, settings, source)
-        if target.device_alias is not None:
-            kept[ALIAS] = push.check_device_id(where, target.device_alias, settings)
+        device, kept = devices.place(where, labels, DROPPED_LABELS, settings, source)
         for value, ms in one.samples:
             if not math.isfinite(value):
                 if _BITS.unpack(_DOUBLE.pack(value))[0] == STALE_NAN:
@@ -277,13 +269,3 @@ def readings(
 def _shown(labels: dict[str, str]) -> str:
     """`, instance=...` where the series has one: errors name the sender."""
     return "".join(f", {k}={labels[k]!r}" for k in ("instance", "host") if k in labels)
-
-
-def _no_device(label: str, labels: dict[str, str]) -> str:
-    if not label:
-        return "no instance or host label: which device it belongs to is unknown"
-    return (
-        f"{label} {labels[label]!r} names no device: map it in JOBSCOPE_PUSH_DEVICES "
-        "(an IP address, or any value when JOBSCOPE_PUSH_DEVICE_FROM_INSTANCE is false, "
-        "is never taken as a device id)"
-    )

@@ -249,8 +249,10 @@ async def _refuse(receive: Receive, send: Send, exc: HTTPException) -> None:
 
 
 def _bearer(headers: dict[bytes, bytes]) -> str:
+    """The token of `Authorization: Bearer <token>`, or of InfluxDB's `Token <token>` (what
+    Telegraf's and InfluxDB clients' outputs send): the same token either way."""
     scheme, _, token = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
+    if scheme.lower() not in ("bearer", "token") or not token.strip():
         raise HTTPException(401, MISSING, {"WWW-Authenticate": "Bearer"})
     return token.strip()
 

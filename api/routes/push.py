@@ -1,16 +1,17 @@
 """POST /api/metrics: readings pushed by users (pusher or admin token), accepted once
 Kafka has every one of them; POST /api/v1/write: the same from Prometheus' remote_write
-(api/remote_write.py)."""
+(api/remote_write.py); POST /api/v2/write and /api/write: from Influx line protocol
+(api/line_protocol.py)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from api import push, remote_write
+from api import line_protocol, push, remote_write
 from api.infra.auth import Principal, Role, principal
 from api.infra.errors import TooLarge
 from api.schemas import ErrorBody, PushAccepted, RemoteWriteAccepted
@@ -145,3 +146,85 @@ async def post_remote_write(request: Request, who: Pusher) -> JSONResponse:
         )
     skipped = vars(batch.skipped)
     return JSONResponse({"accepted": count, "skipped": skipped}, status_code=200)
+
+
+_LINE_RESPONSES: dict[int | str, dict[str, Any]] = {
+    204: {
+        "description": "Kafka has every reading (as InfluxDB answers); X-Jobscope-Accepted and "
+        "X-Jobscope-Skipped-Strings / -Non-Finite count them"
+    },
+    400: {"model": ErrorBody, "description": "a line that does not parse or cannot be stored"},
+    401: {"model": ErrorBody},
+    403: {"model": ErrorBody, "description": "a device the token may not push for"},
+    413: {"model": ErrorBody, "description": "too many fields or bytes (gzip: decompressed)"},
+    415: {"model": ErrorBody, "description": "a Content-Encoding other than gzip"},
+    429: {"model": ErrorBody, "description": "the token's rate or new-series limit (Retry-After)"},
+    503: {"model": ErrorBody, "description": "Kafka did not acknowledge every message"},
+}
+_LINE_BODY = {
+    "requestBody": {"required": True, "content": {"text/plain": {"schema": {"type": "string"}}}}
+}
+_LINE_DOC = """Influx line protocol, as Telegraf, cc-metric-collector or an InfluxDB client send
+    it (`Authorization: Token <token>` or `Bearer <token>`): each numeric field a reading
+    `<measurement>_<field>`, its device named by the `host` (or `instance`) tag through
+    JOBSCOPE_PUSH_DEVICES, the other tags its labels (none starting with `_`). Authorised and
+    all or nothing as POST /api/metrics (docs/jobs.md)."""
+
+
+async def _line_write(request: Request, who: Principal, precision: str) -> Response:
+    app = request.app.state
+    settings = app.settings
+    body = await _body(request, settings.push_max_body_bytes)
+    encoding = request.headers.get("content-encoding", "")
+    text = line_protocol.text_of(body, encoding, settings.push_max_body_bytes)
+    batch = await run_in_threadpool(
+        line_protocol.parse, text, precision, settings, who, app.push_devices
+    )
+    count = 0
+    if batch.readings:
+        key = push.limit_key(who)
+        if key is not None:
+            app.push_limits.admit_rate(key, len(batch.readings))
+        count = await run_in_threadpool(
+            push.push, batch.readings, who, app.clickhouse, app.kafka, settings, app.push_limits
+        )
+    headers = {
+        "X-Jobscope-Accepted": str(count),
+        "X-Jobscope-Skipped-Strings": str(batch.skipped.strings),
+        "X-Jobscope-Skipped-Non-Finite": str(batch.skipped.non_finite),
+    }
+    return Response(status_code=204, headers=headers)
+
+
+@router.post(
+    "/v2/write",
+    operation_id="influx_v2_write",
+    status_code=204,
+    responses=_LINE_RESPONSES,
+    openapi_extra=_LINE_BODY,
+    summary="Influx line protocol, InfluxDB 2's path (org and bucket are not used)",
+    description=_LINE_DOC,
+)
+async def post_influx_v2_write(
+    request: Request,
+    who: Pusher,
+    precision: Annotated[str, Query(description="ns (default), us, ms or s")] = "ns",
+) -> Response:
+    return await _line_write(request, who, precision)
+
+
+@router.post(
+    "/write",
+    operation_id="influx_v1_write",
+    status_code=204,
+    responses=_LINE_RESPONSES,
+    openapi_extra=_LINE_BODY,
+    summary="Influx line protocol, InfluxDB 1's path (db and rp are not used)",
+    description=_LINE_DOC,
+)
+async def post_influx_v1_write(
+    request: Request,
+    who: Pusher,
+    precision: Annotated[str, Query(description="n (default), u, ms, s, m or h")] = "n",
+) -> Response:
+    return await _line_write(request, who, precision)
