@@ -502,14 +502,19 @@ def polling_markdown(results: dict[str, Any]) -> str:
             "| Prometheus exporters: jobscope / Prometheus | "
             f"{_fmt(results.get('prometheus_vs_server'), '{:.2f}x')} |",
         ]
-    if "remote_write" in results:
-        ratio, goal = results["remote_write_vs_victoriametrics"], results["remote_write_goal"]
+    for name, title in (
+        ("remote_write", "remote_write"),
+        ("line_protocol", "Influx line protocol"),
+    ):
+        ratio, goal = results.get(f"{name}_vs_victoriametrics"), results.get("remote_write_goal")
+        if ratio is None or goal is None:
+            continue
         lines += [
-            "| remote_write: jobscope's gateway (to Kafka), samples per CPU-second | "
-            f"{_fmt(results.get('remote_write_samples_per_core_s'), '{:,.0f}')} |",
-            "| remote_write: VictoriaMetrics, samples per CPU-second | "
-            f"{_fmt(results.get('remote_write_victoriametrics_samples_per_core_s'), '{:,.0f}')} |",
-            f"| remote_write: jobscope / VictoriaMetrics | {ratio:.2f}x; goal >= {goal:g}: "
+            f"| {title}: jobscope's gateway (to Kafka), samples per CPU-second | "
+            f"{_fmt(results.get(f'{name}_samples_per_core_s'), '{:,.0f}')} |",
+            f"| {title}: VictoriaMetrics, samples per CPU-second | "
+            f"{_fmt(results.get(f'{name}_victoriametrics_samples_per_core_s'), '{:,.0f}')} |",
+            f"| {title}: jobscope / VictoriaMetrics | {ratio:.2f}x; goal >= {goal:g}: "
             + ("met" if ratio >= goal else "MISSED")
             + " |",
         ]

@@ -1,7 +1,9 @@
 """`remote_write_samples_per_core_s`: Prometheus remote_write received by jobscope's gateway
 (`POST /api/v1/write`: decoded, checked, published to Kafka; the API process's CPU, its
 Kafka client included) beside VictoriaMetrics receiving the same writes
-(`/api/v1/write`, its whole process: decoded and stored), in the same run.
+(`/api/v1/write`, its whole process: decoded and stored), in the same run; then
+`line_protocol_samples_per_core_s`: the same samples as Influx line protocol (one field per
+line, millisecond timestamps) to jobscope's `POST /api/v2/write` and VictoriaMetrics' `/write`.
 
 The writes are what Prometheus sends (protocol 1.0, snappy-compressed protobuf
 `WriteRequest`s of `SAMPLES_PER_WRITE` samples, its default `max_samples_per_send`): SERIES
@@ -32,6 +34,7 @@ from bench.polling.cpu import cpu_seconds
 from bench.systems.victoriametrics import BINARY
 from stack import secrets, services
 from stack.processes import ManagedProcess, free_port, wait_until
+from stack.transient import STARTING
 
 log = logging.getLogger("bench.remote_write")
 NODES = 50
@@ -97,6 +100,24 @@ def writes(count: int, start_ms: int) -> list[bytes]:
     return out
 
 
+def lines(count: int, start_ms: int) -> list[bytes]:
+    """The same samples as `writes`, as Influx line protocol (one field per line, ms)."""
+    per_series = SAMPLES_PER_WRITE // SERIES or 1
+    out = []
+    for w in range(count):
+        text = []
+        for s in range(SERIES):
+            node, metric = s // METRICS, s % METRICS
+            ms = start_ms + (w * per_series) * 1000
+            for i in range(per_series):
+                text.append(
+                    f"node_bench,host=bench-node-{node:03d},cpu={metric % 4} "
+                    f"m{metric:02d}={float(w + s + i)} {ms + i * 1000}"
+                )
+        out.append(("\n".join(text) + "\n").encode())
+    return out
+
+
 def _post_for(
     url: str, headers: dict[str, str], bodies: list[bytes], seconds: float, ok: Callable
 ) -> int:
@@ -120,9 +141,12 @@ def _post_for(
     return sum(sent)
 
 
-def _rate(pid: int, post: Callable[[], int]) -> dict[str, float]:
+def _rate(
+    pid: int, url: str, headers: dict[str, str], bodies: list[bytes], seconds: float, ok: Callable
+) -> dict[str, float]:
+    """Samples per CPU-second of the process `pid` receiving `bodies` for `seconds`."""
     before, began = cpu_seconds(pid), time.monotonic()
-    samples = post()
+    samples = _post_for(url, headers, bodies, seconds, ok)
     cpu, wall = cpu_seconds(pid) - before, time.monotonic() - began
     return {"samples": samples, "cpu_s": cpu, "wall_s": wall, "per_core_s": samples / cpu}
 
@@ -136,7 +160,16 @@ def _jobscope_ok(response: httpx.Response) -> int:
     return accepted
 
 
-def _victoriametrics_ok(response: httpx.Response) -> int:
+def _line_ok(response: httpx.Response) -> int:
+    if response.status_code != 204:
+        raise RuntimeError(f"jobscope answered {response.status_code}: {response.text[:300]}")
+    accepted = int(response.headers["X-Jobscope-Accepted"])
+    if accepted != SAMPLES_PER_WRITE:
+        raise RuntimeError(f"jobscope accepted {accepted} of {SAMPLES_PER_WRITE} fields")
+    return accepted
+
+
+def _vm_ok(response: httpx.Response) -> int:
     if response.status_code != 204:
         raise RuntimeError(f"VictoriaMetrics answered {response.status_code}: {response.text}")
     return SAMPLES_PER_WRITE
@@ -170,37 +203,49 @@ def measure(state_dir: Path, quick: bool) -> dict[str, Any]:
             lambda: httpx.get(f"http://127.0.0.1:{vm_port}/health", timeout=2).status_code == 200,
             60,
             "VictoriaMetrics",
+            transient=STARTING,
         )
         api_url = f"http://{settings.host}:{settings.api_port}/api/v1/write"
         jobscope_headers = {**HEADERS, "Authorization": f"Bearer {token}"}
         vm_url = f"http://127.0.0.1:{vm_port}/api/v1/write"
         for url, headers, ok in (
             (api_url, jobscope_headers, _jobscope_ok),
-            (vm_url, HEADERS, _victoriametrics_ok),
+            (vm_url, HEADERS, _vm_ok),
         ):
             _post_for(url, headers, bodies[:4], 1.0, ok)  # warm: connections, first series
         api_pid = services.process(settings, "api").pid()
-        assert api_pid is not None and vm.pid() is not None
-        jobscope = _rate(
-            api_pid, lambda: _post_for(api_url, jobscope_headers, bodies, seconds, _jobscope_ok)
-        )
-        peer = _rate(
-            vm.pid(), lambda: _post_for(vm_url, HEADERS, bodies, seconds, _victoriametrics_ok)
-        )
+        vm_pid = vm.pid()
+        assert api_pid is not None and vm_pid is not None
+        proto = {
+            "jobscope": _rate(api_pid, api_url, jobscope_headers, bodies, seconds, _jobscope_ok),
+            "victoriametrics": _rate(vm_pid, vm_url, HEADERS, bodies, seconds, _vm_ok),
+        }
+        text = lines(64, int(time.time() * 1000) - 1_800_000)
+        line_headers = {"Content-Type": "text/plain", "Authorization": f"Token {token}"}
+        line_url = f"http://{settings.host}:{settings.api_port}/api/v2/write?precision=ms"
+        vm_line_url = f"http://127.0.0.1:{vm_port}/write?precision=ms"
+        _post_for(line_url, line_headers, text[:4], 1.0, _line_ok)
+        line = {
+            "jobscope": _rate(api_pid, line_url, line_headers, text, seconds, _line_ok),
+            "victoriametrics": _rate(vm_pid, vm_line_url, {}, text, seconds, _vm_ok),
+        }
     finally:
         vm.stop()
         services.stop_all(settings)
-    ratio = jobscope["per_core_s"] / peer["per_core_s"]
-    log.info(
-        "remote_write: jobscope %.0f samples per CPU-second, VictoriaMetrics %.0f: %.2fx",
-        jobscope["per_core_s"],
-        peer["per_core_s"],
-        ratio,
-    )
-    return {
-        "remote_write_samples_per_core_s": jobscope["per_core_s"],
-        "remote_write_victoriametrics_samples_per_core_s": peer["per_core_s"],
-        "remote_write_vs_victoriametrics": ratio,
-        "remote_write_goal": GOAL,
-        "remote_write": {"jobscope": jobscope, "victoriametrics": peer, "window_s": seconds},
-    }
+    out: dict[str, Any] = {"remote_write_goal": GOAL}
+    for name, figures in (("remote_write", proto), ("line_protocol", line)):
+        ours, theirs = figures["jobscope"]["per_core_s"], figures["victoriametrics"]["per_core_s"]
+        log.info(
+            "%s: jobscope %.0f samples per CPU-second, VictoriaMetrics %.0f: %.2fx",
+            name,
+            ours,
+            theirs,
+            ours / theirs,
+        )
+        out |= {
+            f"{name}_samples_per_core_s": ours,
+            f"{name}_victoriametrics_samples_per_core_s": theirs,
+            f"{name}_vs_victoriametrics": ours / theirs,
+            name: {**figures, "window_s": seconds},
+        }
+    return out
