@@ -188,6 +188,14 @@ def test_plugin_sample_config_loads(sample: Path, monkeypatch: pytest.MonkeyPatc
     assert load_devices(sample)
 
 
+def test_make_up_devices_sample_polls_every_plugins_sample() -> None:
+    """`make up DEVICES=sample` reads producers/config/sample/: a link to each sample.yaml
+    (but tester://'s: the demo fleet, `make up`'s default, is tester://)."""
+    linked = {p.resolve() for p in (PLUGINS_DIR.parent / "config" / "sample").glob("*.yaml")}
+    samples = {p.resolve() for p in PLUGINS_DIR.glob("*/sample.yaml")}
+    assert samples - linked == {(PLUGINS_DIR / "tester" / "sample.yaml").resolve()}
+
+
 def test_demo_fleet_is_generated_and_valid() -> None:
     """The file is what producers/demo_fleet.py prints: 50 nodes with 21 metrics each and 5
     PDUs whose outlets power them, every second."""
