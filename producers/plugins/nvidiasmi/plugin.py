@@ -65,7 +65,6 @@ FIELDS: dict[str, QueryField] = {
 DEFAULT_FIELDS = (
     "power.draw",
     "total_energy_consumption",
-    "enforced.power.limit",
     "utilization.gpu",
     "utilization.memory",
     "memory.used",

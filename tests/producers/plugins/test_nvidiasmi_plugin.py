@@ -133,7 +133,6 @@ def test_sample_names_units_labels_one_run_per_command() -> None:
     assert {m: (i.unit, i.scope, i.inferred) for m, i in units.items()} == {
         "gpu_power_watt": ("W", "gpu", False),
         "gpu_energy_joules_total": ("J", "gpu", False),
-        "gpu_power_limit_watt": ("W", "gpu", False),
         "gpu_utilization_percent": ("%", "gpu", False),
         "gpu_memory_utilization_percent": ("%", "gpu", False),
         "gpu_memory_used_bytes": ("B", "gpu", False),
@@ -273,7 +272,7 @@ def test_a_failing_command_says_why(tmp_path: Path) -> None:
 
     asyncio.run(poll_hung())
     garbled = build([entry(command=["sh", "-c", "echo 0, GPU-x", "sh"])])
-    with pytest.raises(RuntimeError, match="line 1 has 2 values for 13 fields: '0, GPU-x'"):
+    with pytest.raises(RuntimeError, match="line 1 has 2 values for 12 fields: '0, GPU-x'"):
         asyncio.run(garbled.poll(TS))
 
 
