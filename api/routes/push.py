@@ -15,6 +15,7 @@ from api import line_protocol, push, remote_write
 from api.infra.auth import Principal, Role, principal
 from api.infra.errors import TooLarge
 from api.schemas import ErrorBody, PushAccepted, RemoteWriteAccepted
+from kafka.reading import Reading
 
 router = APIRouter(prefix="/api", tags=["metrics"])
 
@@ -40,6 +41,16 @@ async def _body(request: Request, limit: int) -> bytes:
             )
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+async def _publish(app: Any, who: Principal, readings: list[Reading]) -> int:
+    """Within the token's rate (429 beyond), to Kafka, all or nothing (api/push.py)."""
+    key = push.limit_key(who)
+    if key is not None:
+        app.push_limits.admit_rate(key, len(readings))
+    return await run_in_threadpool(
+        push.push, readings, who, app.clickhouse, app.kafka, app.settings, app.push_limits
+    )
 
 
 @router.post(
@@ -81,13 +92,7 @@ async def post_metrics(request: Request, who: Pusher) -> JSONResponse:
     settings = app.settings
     body = await _body(request, settings.push_max_body_bytes)
     items = push.parse_body(body, request.headers.get("content-type", ""))
-    readings = push.validate(items, settings, who)
-    key = push.limit_key(who)
-    if key is not None:
-        app.push_limits.admit_rate(key, len(readings))
-    count = await run_in_threadpool(
-        push.push, readings, who, app.clickhouse, app.kafka, settings, app.push_limits
-    )
+    count = await _publish(app, who, push.validate(items, settings, who))
     return JSONResponse({"accepted": count}, status_code=202)
 
 
@@ -136,14 +141,7 @@ async def post_remote_write(request: Request, who: Pusher) -> JSONResponse:
     remote_write.check_headers(request.headers)
     body = await _body(request, settings.push_max_body_bytes)
     batch = await run_in_threadpool(remote_write.parse, body, settings, who, app.push_devices)
-    count = 0
-    if batch.readings:
-        key = push.limit_key(who)
-        if key is not None:
-            app.push_limits.admit_rate(key, len(batch.readings))
-        count = await run_in_threadpool(
-            push.push, batch.readings, who, app.clickhouse, app.kafka, settings, app.push_limits
-        )
+    count = await _publish(app, who, batch.readings) if batch.readings else 0
     skipped = vars(batch.skipped)
     return JSONResponse({"accepted": count, "skipped": skipped}, status_code=200)
 
@@ -180,14 +178,7 @@ async def _line_write(request: Request, who: Principal, precision: str) -> Respo
     batch = await run_in_threadpool(
         line_protocol.parse, text, precision, settings, who, app.push_devices
     )
-    count = 0
-    if batch.readings:
-        key = push.limit_key(who)
-        if key is not None:
-            app.push_limits.admit_rate(key, len(batch.readings))
-        count = await run_in_threadpool(
-            push.push, batch.readings, who, app.clickhouse, app.kafka, settings, app.push_limits
-        )
+    count = await _publish(app, who, batch.readings) if batch.readings else 0
     headers = {
         "X-Jobscope-Accepted": str(count),
         "X-Jobscope-Skipped-Strings": str(batch.skipped.strings),
