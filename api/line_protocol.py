@@ -26,7 +26,6 @@ from __future__ import annotations
 import math
 import re
 import zlib
-from dataclasses import dataclass, field
 
 from starlette.exceptions import HTTPException
 
@@ -57,19 +56,8 @@ _INTEGER = re.compile(r"^[+-]?[0-9]+[iu]$")
 _STAMP = re.compile(r"^-?[0-9]{1,19}$")
 
 
-@dataclass
-class Skipped:
-    """What a write carried that is not stored."""
-
-    strings: int = 0
-    """String fields (not a measurement)."""
-    non_finite: int = 0
-
-
-@dataclass
-class Batch:
-    readings: list[Reading] = field(default_factory=list)
-    skipped: Skipped = field(default_factory=Skipped)
+SKIPPED = ("strings", "non_finite")
+"""What a write may carry that is not stored: string fields, non-finite values."""
 
 
 def text_of(body: bytes, encoding: str, limit: int) -> str:
@@ -98,13 +86,13 @@ def text_of(body: bytes, encoding: str, limit: int) -> str:
 
 def parse(
     text: str, precision: str, settings: ApiSettings, who: Principal, devices: PushDevices
-) -> Batch:
+) -> push.Batch:
     """The readings of line protocol `text`; 400 naming the first unusable line, 413 past
     JOBSCOPE_PUSH_MAX_READINGS fields: nothing of it is kept."""
     if precision not in PRECISIONS_US:
         raise ParameterError("precision", f"{precision!r}: one of {', '.join(PRECISIONS_US)}")
     unit_us = PRECISIONS_US[precision]
-    batch = Batch()
+    batch = push.Batch()
     window = push.window(settings)
     source = push.source(who)
     arrived_us = to_us(now())
@@ -135,10 +123,10 @@ def parse(
                 shown = f"{text_value[:40]!r} is not a number"
                 raise ParameterError(f"{where}.{name}", shown) from None
             if value is None:
-                batch.skipped.strings += 1
+                batch.skipped["strings"] += 1
                 continue
             if not math.isfinite(value):
-                batch.skipped.non_finite += 1
+                batch.skipped["non_finite"] += 1
                 continue
             metric = push.check_metric_id(f"{where}.{name}", metric_id(measurement, name), settings)
             batch.readings.append(Reading(at, device, metric, value, labels))

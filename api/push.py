@@ -18,8 +18,9 @@ from __future__ import annotations
 import logging
 import math
 import re
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -90,6 +91,15 @@ def validate(items: list[Any], settings: ApiSettings, who: Principal) -> list[Re
     return [
         _reading(f"readings[{i}]", item, settings, accepted, label) for i, item in enumerate(items)
     ]
+
+
+@dataclass
+class Batch:
+    """The readings of a write in a standard protocol (remote_write, line protocol), and what
+    it carried that is not stored, counted by reason (`SKIPPED` of its protocol's module)."""
+
+    readings: list[Reading] = field(default_factory=list)
+    skipped: Counter[str] = field(default_factory=Counter)
 
 
 def window(settings: ApiSettings) -> Window:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import cramjam
 from starlette.datastructures import Headers
@@ -55,25 +55,12 @@ class Series:
     """(value, timestamp in ms)"""
 
 
-@dataclass
-class Skipped:
-    """What a write carried that is not stored."""
-
-    stale: int = 0
-    """Prometheus' stale markers (a series gone from its target)."""
-    non_finite: int = 0
-    """Other NaN and infinite samples."""
-    histograms: int = 0
-    """Native histogram samples."""
+SKIPPED = ("stale", "non_finite", "histograms")
+"""What a write may carry that is not stored: Prometheus' stale markers (a series gone from
+its target), other NaN and infinite samples, native histogram samples."""
 
 
-@dataclass
-class Batch:
-    readings: list[Reading] = field(default_factory=list)
-    skipped: Skipped = field(default_factory=Skipped)
-
-
-def parse(body: bytes, settings: ApiSettings, who: Principal, devices: PushDevices) -> Batch:
+def parse(body: bytes, settings: ApiSettings, who: Principal, devices: PushDevices) -> push.Batch:
     """The readings of a remote_write body (its headers checked before); 400 naming what is
     malformed or unusable, 413 over the limits: nothing of it is kept."""
     try:
@@ -83,7 +70,7 @@ def parse(body: bytes, settings: ApiSettings, who: Principal, devices: PushDevic
     except Malformed as exc:
         raise ParameterError("body", str(exc)) from None
     batch = readings(series, settings, who, devices)
-    batch.skipped.histograms = histograms
+    batch.skipped["histograms"] = histograms
     return batch
 
 
@@ -238,10 +225,10 @@ def _varint(data: bytes, pos: int, stop: int, where: str) -> tuple[int, int]:
 
 def readings(
     series: list[Series], settings: ApiSettings, who: Principal, devices: PushDevices
-) -> Batch:
+) -> push.Batch:
     """The readings of decoded series: the first unusable series is a ParameterError naming
     it (nothing of the write is kept), its NaN and infinite samples are skipped."""
-    batch = Batch()
+    batch = push.Batch()
     window = push.window(settings)
     source = push.source(who)
     for i, one in enumerate(series):
@@ -257,9 +244,9 @@ def readings(
         for value, ms in one.samples:
             if not math.isfinite(value):
                 if _BITS.unpack(_DOUBLE.pack(value))[0] == STALE_NAN:
-                    batch.skipped.stale += 1
+                    batch.skipped["stale"] += 1
                 else:
-                    batch.skipped.non_finite += 1
+                    batch.skipped["non_finite"] += 1
                 continue
             at = push.check_in_window(f"{where}.timestamp", f"{ms} ms", ms * 1000, window)
             batch.readings.append(Reading(at, device, metric, value, kept))

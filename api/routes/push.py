@@ -142,7 +142,7 @@ async def post_remote_write(request: Request, who: Pusher) -> JSONResponse:
     body = await _body(request, settings.push_max_body_bytes)
     batch = await run_in_threadpool(remote_write.parse, body, settings, who, app.push_devices)
     count = await _publish(app, who, batch.readings) if batch.readings else 0
-    skipped = vars(batch.skipped)
+    skipped = {reason: batch.skipped[reason] for reason in remote_write.SKIPPED}
     return JSONResponse({"accepted": count, "skipped": skipped}, status_code=200)
 
 
@@ -181,8 +181,8 @@ async def _line_write(request: Request, who: Principal, precision: str) -> Respo
     count = await _publish(app, who, batch.readings) if batch.readings else 0
     headers = {
         "X-Jobscope-Accepted": str(count),
-        "X-Jobscope-Skipped-Strings": str(batch.skipped.strings),
-        "X-Jobscope-Skipped-Non-Finite": str(batch.skipped.non_finite),
+        "X-Jobscope-Skipped-Strings": str(batch.skipped["strings"]),
+        "X-Jobscope-Skipped-Non-Finite": str(batch.skipped["non_finite"]),
     }
     return Response(status_code=204, headers=headers)
 
