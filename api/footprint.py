@@ -23,14 +23,18 @@ from api.queries import summary as summaries
 from api.queries.metrics import Selection
 from api.registry import Kind, MetricInfo, registry
 from api.schemas import Job
+from api.sharing import EXCLUSIVE, Sharing
 
 
-def annotated(client: Client, job: Job, selection: Selection | None) -> dict[str, Any]:
-    """The summary from raw readings with its footprint and notes. The footprint and the
-    silences are read in threads beside the summary's scan: queries at once answer sooner
-    than one holding them all (ClickHouse analysed that one for longer than it ran)."""
+def annotated(
+    client: Client, job: Job, selection: Selection | None, sharing: Sharing = EXCLUSIVE
+) -> dict[str, Any]:
+    """The summary from raw readings with its footprint and notes, a shared node's energy
+    attributed by `sharing`. The footprint and the silences are read in threads beside the
+    summary's scan: queries at once answer sooner than one holding them all (ClickHouse
+    analysed that one for longer than it ran)."""
     if selection is None or not selection.devices:
-        summary = summaries.summarise(client, job, selection)
+        summary = summaries.summarise(client, job, selection, sharing=sharing)
         summary.update(footprint=[], silent=[], footprint_source=None)
     else:
         known = summaries.known_metric_ids(client, selection)
@@ -43,7 +47,7 @@ def annotated(client: Client, job: Job, selection: Selection | None) -> dict[str
             silent = pool.submit(q.silent_rows, client, selection, from_rollups)
             if alone:
                 wait([rows, silent])
-            summary = summaries.summarise(client, job, selection, known)
+            summary = summaries.summarise(client, job, selection, known, sharing)
         found = scales_of(sorted({m["metric_id"] for m in summary["metrics"]}))
         fp_rows = rows.result()
         if not from_rollups and set(found.metrics) - set(scales.metrics):

@@ -40,6 +40,7 @@ from api.queries import records as queries
 from api.queries.metrics import Selection
 from api.schemas import Job, JobState
 from api.scope import EVERYTHING, Asked, job_selection, now, with_aliases
+from api.sharing import Sharing
 
 log = logging.getLogger("jobscope.api.records")
 
@@ -63,9 +64,13 @@ def raw_expired(job: Job, settings: ApiSettings) -> bool:
     return start is not None and start < now() - timedelta(days=settings.retention_days)
 
 
-def annotated(client: Client, job: Job, selection: Selection | None) -> dict[str, Any]:
-    """The summary from raw readings, with footprint and notes (api/footprint.py)."""
-    return footprint.annotated(client, job, selection)
+def annotated(
+    client: Client, settings: ApiSettings, job: Job, selection: Selection | None
+) -> dict[str, Any]:
+    """The summary from raw readings, with footprint and notes (api/footprint.py), a shared
+    node's energy attributed by the site's policy (api/sharing.py)."""
+    sharing = Sharing(settings.energy_sharing, settings.node_cpus)
+    return footprint.annotated(client, job, selection, sharing)
 
 
 def served(
@@ -88,7 +93,7 @@ def served(
                 "version": found["version"],
             }
             return summary
-    summary = annotated(client, job, selection)
+    summary = annotated(client, settings, job, selection)
     summary["record"] = {"computed_at": None, "source": "raw", "version": None}
     return summary
 
@@ -117,7 +122,7 @@ def compute(client: Client, settings: ApiSettings, job: Job) -> dict[str, Any]:
         received = queries.newest_note(client, devices, start, end) or _EPOCH
         if previous is not None:
             received = max(received, _naive(previous["last_received"]))
-        summary = annotated(client, job, selection)
+        summary = annotated(client, settings, job, selection)
         summary["record"] = None
     energy = summary.get("energy_job") or {}
     notes = summary.get("notes") or []

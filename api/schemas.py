@@ -449,6 +449,24 @@ class NodeEnergyChoice(BaseModel):
     coverage: float = Field(description="covered_s / the job's duration", examples=[0.9997])
     sources_count: int = Field(description="sources measuring the whole node", examples=[2])
     spread: EnergySpread | None = Field(description="null with fewer than 2 such sources")
+    node_joules: float | None = Field(
+        None, description="the node's whole energy by that source (joules: the job's part)"
+    )
+    attribution: Literal["exclusive", "cores", "gpus"] = Field(
+        "exclusive",
+        description="how the job's part was drawn (JOBSCOPE_ENERGY_SHARING, docs/jobs.md): "
+        "exclusive, the node's whole (also a node without the job's CPUs or of unknown size)",
+    )
+    share: float = Field(1.0, description="joules / node_joules", examples=[0.25])
+    cpu_share: float | None = Field(
+        None, description="the job's CPUs / the node's (null when exclusive)", examples=[0.25]
+    )
+    gpu_joules: float | None = Field(
+        None, description="gpus: the job's own GPUs' measured energy, in joules"
+    )
+    node_gpu_joules: float | None = Field(
+        None, description="gpus: all the node's GPUs' energy over the job (null: unknown)"
+    )
 
 
 class JobEnergy(BaseModel):
@@ -458,6 +476,14 @@ class JobEnergy(BaseModel):
         description="the least coverage of any of the job's nodes (0: a node not measured)"
     )
     nodes: int = Field(examples=[2])
+    node_joules: float | None = Field(None, description="its nodes' whole energy summed")
+    policy: Literal["exclusive", "cores", "gpus"] = Field(
+        "exclusive", description="the site's JOBSCOPE_ENERGY_SHARING when it was computed"
+    )
+    attribution: Literal["exclusive", "cores", "gpus", "mixed"] = Field(
+        "exclusive", description="its nodes' attribution; mixed if they differ"
+    )
+    share: float = Field(1.0, description="joules / node_joules", examples=[1.0])
 
 
 class SummarySource(BaseModel):

@@ -11,7 +11,8 @@ part of it (RAPL's packages, a GPU).
 
 The job's energy is the sum of its nodes' preferred energies; its coverage the least any of
 its nodes has (a node without any energy source: 0), so that a figure quoted with a
-coverage of 0.98 misses at most 2% of any node's time.
+coverage of 0.98 misses at most 2% of any node's time. On a node the job shares, its part of
+the node's energy is the site's policy's (api/sharing.py, applied after `shape`).
 """
 
 from __future__ import annotations

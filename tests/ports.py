@@ -49,6 +49,7 @@ TABLE: dict[str, tuple[int, int]] = {
     "job-records": (74, 1),  # tests/api/test_job_records.py: an API refreshing records fast
     "remote-write": (75, 3),  # tests/api/test_remote_write.py: node_exporter, API, Prometheus
     "exporters": (78, 1),  # tests/producers/plugins/test_prometheus_exporters.py
+    "energy-sharing": (79, 2),  # tests/api/test_energy_sharing.py: APIs under two policies
 }
 
 

@@ -238,6 +238,21 @@ class ApiSettings(KafkaClientSettings):
         description="the metric registry (docs/metrics-registry.md): units, kinds, energy roles, "
         "scales; validated at start (`python -m api.registry check FILE`)",
     )
+    energy_sharing: Literal["exclusive", "cores", "gpus"] = Field(
+        "exclusive",
+        description="how much of a node's energy is a job's that holds part of it (its "
+        "allocations, docs/jobs.md): exclusive, the node's whole; cores, node energy x its "
+        "CPUs / node_cpus; gpus, its GPUs' measured energy + (node energy - all the node's "
+        "GPUs') x its CPUs / node_cpus. A node without the job's CPUs, or with node_cpus 0, "
+        "is exclusive",
+    )
+    node_cpus: int = Field(
+        0,
+        ge=0,
+        le=65_536,
+        description="CPUs of every node, for energy_sharing (one count for all nodes: a "
+        "per-node map is not there yet); 0: unknown, every node exclusive",
+    )
     compare_max_jobs: int = Field(10, gt=1, description="jobs in one GET /api/jobs/compare")
     note_rules: Path = Field(
         Path(__file__).parents[1] / "notes.yaml",

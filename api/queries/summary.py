@@ -7,7 +7,9 @@ statistics of each series (device, metric, labels) of the scope, the points of t
 node-level power series (registry unit W) integrated, the points of counters turned into
 increases (wraps and resets as `as_rate` reads them: the same SQL, api/queries/metrics.py's
 counter_increase), then all per device and metric (a node and metric is one energy
-source). api/summary.py shapes the rows. The footprint is read beside it
+source). api/summary.py shapes the rows; api/sharing.py attributes a shared node's energy
+(under the `gpus` policy with one more scan: all the node's GPUs, whichever job holds them,
+`all_gpus_energy`). The footprint is read beside it
 (api/footprint.py): one query holding both took ClickHouse's analyzer longer than both.
 
 Values users wrote themselves (pushed: `source=user:<name>`; Kwollect's `kwollect_custom`,
@@ -27,13 +29,15 @@ the largest of theirs: each is integrated apart).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import orjson
 from clickhouse_connect.driver.client import Client
 
+from api import sharing as attribution
 from api import summary as shaping
-from api.infra.params import iso
+from api.infra.params import NamePatterns, iso
 from api.queries.metrics import (
     PUSHED,
     Selection,
@@ -135,12 +139,38 @@ def statistics(client: Client, selection: Selection, kinds: shaping.Kinds) -> li
     return rows
 
 
+def all_gpus_energy(
+    client: Client,
+    selection: Selection,
+    nodes: list[str],
+    metrics: list[str],
+) -> dict[tuple[str, str], float]:
+    """(node, metric) -> joules of every GPU of `nodes` over the selection, whichever job
+    holds them: the scan of `statistics` without the allocation condition, for GPU metrics
+    only (the `gpus` sharing policy's "node's remaining energy")."""
+    reg = registry()
+    whole = replace(
+        selection, allocated=None, metrics=NamePatterns(tuple(metrics)), only=tuple(nodes)
+    )
+    found: dict[tuple[str, str], float] = {}
+    for row in statistics(client, whole, shaping.kinds(metrics, reg)):
+        energy = shaping.energy_row(row, reg.lookup(row["metric_id"]), set(nodes))
+        if energy is not None and not energy["pushed"]:
+            found[(energy["node"], energy["metric_id"])] = energy["joules"]
+    return found
+
+
 def summarise(
-    client: Client, job: Job, selection: Selection | None, known: list[str] | None = None
+    client: Client,
+    job: Job,
+    selection: Selection | None,
+    known: list[str] | None = None,
+    sharing: attribution.Sharing = attribution.EXCLUSIVE,
 ) -> dict[str, Any]:
     """The summary from raw readings as JSON-ready data (see JobSummary), built from one row
     per device and metric without a model object per row. `known`: the scope's metric ids
-    as `known_metric_ids` gives them, when the caller has them already."""
+    as `known_metric_ids` gives them, when the caller has them already. `sharing`: how a
+    shared node's energy is the job's (api/sharing.py)."""
     summary = shaping.empty(job.job_id, job.start, job.end)
     if selection is None:
         return summary
@@ -158,5 +188,15 @@ def summarise(
         # A metric too new to be known yet is a power series or a counter: its rows must be
         # taken as such (rare: within a minute of its first reading).
         rows = statistics(client, selection, shaping.kinds(found, reg))
-    shaping.shape(rows, summary, list(selection.only or selection.devices), reg)
+    nodes = list(selection.only or selection.devices)
+    shaping.shape(rows, summary, nodes, reg)
+    allocations = {n: a.model_dump(exclude_none=True) for n, a in job.allocations.items()}
+    shared = [n for n in attribution.shared_nodes(sharing, allocations) if n in nodes]
+    gpu_metrics = [m for m in found if reg.lookup(m).energy_role == "gpu"]
+    all_gpus = (
+        all_gpus_energy(client, selection, shared, gpu_metrics)
+        if sharing.policy == "gpus" and shared and gpu_metrics
+        else {}
+    )
+    attribution.attribute(summary, sharing, allocations, all_gpus)
     return summary

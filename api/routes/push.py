@@ -160,7 +160,16 @@ _LINE_RESPONSES: dict[int | str, dict[str, Any]] = {
     503: {"model": ErrorBody, "description": "Kafka did not acknowledge every message"},
 }
 _LINE_BODY = {
-    "requestBody": {"required": True, "content": {"text/plain": {"schema": {"type": "string"}}}}
+    "requestBody": {
+        "required": True,
+        "content": {
+            "text/plain": {
+                "schema": {"type": "string"},
+                "example": "cpu,host=node-1,cpu=cpu0 usage_user=12.5,usage_system=3i "
+                "1700000000000000000\n",
+            }
+        },
+    }
 }
 _LINE_DOC = """Influx line protocol, as Telegraf, cc-metric-collector or an InfluxDB client send
     it (`Authorization: Token <token>` or `Bearer <token>`): each numeric field a reading

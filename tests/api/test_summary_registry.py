@@ -23,6 +23,8 @@ from tests.api.conftest import Row
 START = datetime(2026, 11, 21, 8, 0, 0)
 END = START + timedelta(seconds=60)
 WRAP = 2**32
+WHOLE = {"policy": "exclusive", "attribution": "exclusive", "share": 1.0}
+"""A job's energy under the default sharing policy: its nodes' whole (api/sharing.py)."""
 # a Counter32 near its top, its wrap, a reset (restart from 0), and growth: +2630 in all
 COUNTER = [(0, WRAP - 1000), (1, WRAP - 100), (2, 100), (3, 1100), (4, 30), (5, 530)]
 COUNTER_DELTA = 900 + 200 + 1000 + 30 + 500
@@ -118,7 +120,9 @@ def test_energy_per_source_preferred_and_spread(api_url: str, job: tuple[str, st
         "max_joules": 12600.0,
         "relative": pytest.approx(600 / 12600),
     }
-    assert got["energy_job"] == {"joules": 12600.0, "role": "pdu", "coverage": 1.0, "nodes": 1}
+    assert got["energy_job"] == {"joules": 12600.0, "role": "pdu", "coverage": 1.0, "nodes": 1} | (
+        WHOLE | {"node_joules": 12600.0}
+    )
 
 
 def test_a_node_without_energy_makes_the_coverage_zero(
@@ -143,7 +147,9 @@ def test_a_node_without_energy_makes_the_coverage_zero(
         state="terminated",
     )
     got = summary(api_url, f"{p}_2")
-    assert got["energy_job"] == {"joules": 6000.0, "role": "bmc", "coverage": 0.0, "nodes": 1}
+    assert got["energy_job"] == {"joules": 6000.0, "role": "bmc", "coverage": 0.0, "nodes": 1} | (
+        WHOLE | {"node_joules": 6000.0}
+    )
     assert got["energy_nodes"][0]["spread"] is None
 
 
