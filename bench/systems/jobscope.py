@@ -561,16 +561,16 @@ class Jobscope(System):
     def _api(self, data: Dataset, quick: bool) -> dict[str, Any]:
         """The job API's figures (bench/systems/jobscope_api.py), on the API started here."""
         assert self.reader is not None
-        services.start_api(self.settings, env={"JOBSCOPE_RECORDS_INTERVAL_S": "0"})
         assert self.admin is not None
-
-        def restart_api(env: dict[str, str]) -> None:
-            services.process(self.settings, "api").stop()
-            services.start_api(self.settings, env=env)
-
+        self._restart_api({"JOBSCOPE_RECORDS_INTERVAL_S": "0"})
         return jobscope_api.measure(
-            self.settings, self.admin, self.reader, data, quick, restart_api
+            self.settings, self.admin, self.reader, data, quick, self._restart_api
         )
+
+    def _restart_api(self, env: dict[str, str] | None = None) -> None:
+        """The API with these settings (`env`), whatever an earlier step started."""
+        services.process(self.settings, "api").stop()
+        services.start_api(self.settings, env=env)
 
     def _floor(self) -> dict[str, Any]:
         """`query_floor_s`: the median of a one-row query (`SELECT 1`) as the query shapes
@@ -594,7 +594,7 @@ class Jobscope(System):
         producer polling a live fleet throughout."""
         assert self.admin is not None
         admin = self.admin
-        services.start_api(self.settings)
+        self._restart_api()  # its default settings (the API step changed them)
         prefix = f"ab{self.topic_serial}x{int(time.time())}"
         devices = jobscope_abuse.write_devices(self.workdir / "abuse-devices.yaml", prefix)
 
