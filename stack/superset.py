@@ -256,6 +256,7 @@ def build_bundle(stack: StackSettings, settings: SupersetSettings) -> bytes:
     """superset/bundle/ as the ZIP Superset's importers take, with this stack's
     ClickHouse address in the database file and the metric registry's units in the
     datasets' `unit` columns (a ClickHouse expression of metric_id: api/registry.py)."""
+    units = json.dumps(unit_sql(registry()))  # a YAML double-quoted scalar of the SQL
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as bundle:
         for path in sorted(BUNDLE_DIR.rglob("*.yaml")):
@@ -265,7 +266,7 @@ def build_bundle(stack: StackSettings, settings: SupersetSettings) -> bytes:
                 database = yaml.safe_load(text)
                 database["sqlalchemy_uri"] = clickhouse_uri(stack, settings)
                 text = yaml.safe_dump(database, sort_keys=False)
-            text = text.replace(UNIT_PLACEHOLDER, json.dumps(unit_sql(registry())))
+            text = text.replace(UNIT_PLACEHOLDER, units)
             bundle.writestr(f"jobscope/{relative}", text)
     return buffer.getvalue()
 

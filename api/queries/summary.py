@@ -38,6 +38,7 @@ from clickhouse_connect.driver.client import Client
 from api import sharing as attribution
 from api import summary as shaping
 from api.infra.params import NamePatterns, iso
+from api.queries import footprint as fq
 from api.queries.metrics import (
     PUSHED,
     Selection,
@@ -48,9 +49,6 @@ from api.queries.metrics import (
 )
 from api.registry import registry
 from api.schemas import Job
-
-GAP_PERIODS = 3
-
 
 # Per series: statistics, for node-level power series their points integrated, for counters
 # their increases; then per device, metric and pushed-or-measured. A node's sum of aliased
@@ -124,7 +122,7 @@ def known_metric_ids(client: Client, selection: Selection) -> list[str]:
 def statistics(client: Client, selection: Selection, kinds: shaping.Kinds) -> list[dict[str, Any]]:
     """One row per device, metric and pushed-or-measured (the columns of _SUMMARY)."""
     params: dict[str, Any] = {
-        "gap_periods": GAP_PERIODS,
+        "gap_periods": fq.GAP_PERIODS,
         "power": kinds.power,
         "counters": kinds.counters,
         "counter_bits": [kinds.counter_bits[m] for m in kinds.counters],

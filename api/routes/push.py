@@ -188,11 +188,10 @@ async def _line_write(request: Request, who: Principal, precision: str) -> Respo
         line_protocol.parse, text, precision, settings, who, app.push_devices
     )
     count = await _publish(app, who, batch.readings) if batch.readings else 0
-    headers = {
-        "X-Jobscope-Accepted": str(count),
-        "X-Jobscope-Skipped-Strings": str(batch.skipped["strings"]),
-        "X-Jobscope-Skipped-Non-Finite": str(batch.skipped["non_finite"]),
-    }
+    headers = {"X-Jobscope-Accepted": str(count)}
+    for reason in line_protocol.SKIPPED:  # X-Jobscope-Skipped-Strings, -Non-Finite
+        name = "-".join(part.capitalize() for part in reason.split("_"))
+        headers[f"X-Jobscope-Skipped-{name}"] = str(batch.skipped[reason])
     return Response(status_code=204, headers=headers)
 
 

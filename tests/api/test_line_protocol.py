@@ -165,3 +165,14 @@ def test_bad_writes_are_refused_and_store_nothing(
     stored = {r[0] for r in _rows(admin_client, agent["node"])}
     assert f"{marker}_f" not in stored and "lpbad_f" not in stored
     assert _rows(admin_client, agent["foreign"]) == []
+
+
+def test_a_precision_that_is_none_is_refused(api_url: str, agent: dict[str, str]) -> None:
+    """`precision` is one of the listed units, never pasted into a computation."""
+    body = f"lpprec,host={agent['node']} f=1 1\n".encode()
+    for precision in ("weeks", "ns;drop", ""):
+        response = _post(
+            api_url, "/api/v2/write", body, f"Token {agent['token']}", precision=precision
+        )
+        assert response.status_code == 400, response.text
+        assert response.json()["parameter"] == "precision", response.text
