@@ -66,7 +66,8 @@ def status(settings: StackSettings) -> bool:
         "producers": f"polling {settings.devices_file.name} -> topic readings; "
         f"http://{settings.host}:{settings.producer_metrics_port}/metrics",
         "simulators": "snmpsim 127.0.0.1:11161, snmpd (v3) :11162, ipmi_sim :9001 (udp); "
-        "node_exporter :11100, wattmetres :12001-12002 (tcp)",
+        "node_exporter :11100, wattmetres :12001-12002, dcgm-exporter :11400 (tcp); "
+        "Prometheus :11090 remote-writing node-3's GPU metrics to the API",
         "api": f"{settings.api_url} (REST; /docs, /health)",
         "superset": f"{superset.SupersetSettings().url} (dashboards, SQL Lab; make superset)",
         "oidc-provider": f"{provider.issuer} (OpenID Connect; "

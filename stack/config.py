@@ -72,8 +72,9 @@ class StackSettings(BaseSettings):
     )
     simulators: bool = Field(
         False,
-        description="also run the simulated SNMP and IPMI devices the sample devices files "
-        "poll (`make up DEVICES=sample`)",
+        description="also run the simulated devices the sample devices files poll, and a "
+        "Prometheus remote-writing a simulated dcgm-exporter's GPU metrics to the API "
+        "(`make up DEVICES=sample`; stack/simulators/)",
     )
     auth: Literal["tokens", "oidc"] = Field(
         "tokens",

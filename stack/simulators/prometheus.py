@@ -20,9 +20,42 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from stack.config import REPO_ROOT
 from stack.simulators.base import ChildProcess
 
 PROMETHEUS = "/usr/bin/prometheus"
+EXAMPLES = REPO_ROOT / "examples" / "prometheus"
+GPU_RULES = EXAMPLES / "dcgm-exporter.rules.yml"
+"""dcgm-exporter's counters as jobscope's GPU metrics (recording rules)."""
+
+
+def gpu_remote_write_config(
+    exporter: str, instance: str, api_url: str, token_file: Path, interval_s: int = 5
+) -> str:
+    """A Prometheus scraping a dcgm-exporter at `exporter` (host:port) as `instance` and
+    remote-writing jobscope's GPU metrics to `api_url`, as examples/prometheus/ ships it: the
+    recording rules of dcgm-exporter.rules.yml, remote_write.yml's section with the URL and the
+    token file replaced."""
+    (remote,) = yaml.safe_load((EXAMPLES / "remote_write.yml").read_text())["remote_write"]
+    remote |= {
+        "url": f"{api_url}/api/v1/write",
+        "authorization": {"credentials_file": str(token_file)},
+        "queue_config": remote.get("queue_config", {}) | {"batch_send_deadline": "1s"},
+    }
+    config = {
+        "global": {"scrape_interval": f"{interval_s}s", "evaluation_interval": f"{interval_s}s"},
+        "rule_files": [str(GPU_RULES)],
+        "scrape_configs": [
+            {
+                "job_name": "dcgm",
+                "static_configs": [{"targets": [exporter], "labels": {"instance": instance}}],
+            }
+        ],
+        "remote_write": [remote],
+    }
+    return yaml.safe_dump(config, sort_keys=False)
 
 
 def _ready(url: str) -> bool:

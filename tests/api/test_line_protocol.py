@@ -80,7 +80,7 @@ def test_lines_are_stored_as_documented(
     assert response.headers["X-Jobscope-Accepted"] == "5"
     assert response.headers["X-Jobscope-Skipped-Strings"] == "1"
     assert response.headers["X-Jobscope-Skipped-Non-Finite"] == "1"
-    source = f"user:{agent['user']}"
+    source = f"agent:{agent['user']}"
     wait_until(lambda: len(_rows(admin_client, node)) == 5, 30, "the five readings")
     at_us = at_ms * 1000
     assert _rows(admin_client, node) == [
@@ -106,7 +106,7 @@ def test_influxdb_1s_path_with_gzip_and_seconds(
         timeout=30,
     )
     assert response.status_code == 204, response.text
-    wanted = ("v1_seconds", {"source": f"user:{agent['user']}"}, at_s * 1_000_000, 7.0)
+    wanted = ("v1_seconds", {"source": f"agent:{agent['user']}"}, at_s * 1_000_000, 7.0)
     wait_until(lambda: wanted in _rows(admin_client, node), 30, "the gzip write's reading")
 
 

@@ -14,8 +14,8 @@ import struct
 import time
 import tracemalloc
 import uuid
-from collections.abc import Iterator
-from datetime import timedelta
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -30,11 +30,13 @@ from api.infra.config import ApiSettings
 from api.infra.errors import TooLarge
 from api.infra.tokens import Role, create_token
 from api.main import create_app
+from api.registry import SHIPPED, load
 from stack import secrets, services
 from stack.config import StackSettings
 from stack.processes import wait_until
+from stack.simulators.dcgm_exporter import DcgmExporter
 from stack.simulators.node_exporter import NodeExporter
-from stack.simulators.prometheus import Prometheus
+from stack.simulators.prometheus import Prometheus, gpu_remote_write_config
 from tests import ports
 
 EXPORTER_PORT, API_PORT, PROMETHEUS_PORT = ports.ports("remote-write")
@@ -45,6 +47,18 @@ HEADERS = {
 }
 STALE = struct.unpack("<d", struct.pack("<Q", remote_write.STALE_NAN))[0]
 COMPARED = ("node_load1", "node_cpu_seconds_total", "rw_exact", "up")
+DCGM_AS = {
+    "gpu_power_watt": ("DCGM_FI_DEV_POWER_USAGE", 1.0),  # W
+    "gpu_energy_joules_total": ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", 1e-3),  # mJ
+    "gpu_utilization_percent": ("DCGM_FI_DEV_GPU_UTIL", 1.0),
+    "gpu_memory_utilization_percent": ("DCGM_FI_DEV_MEM_COPY_UTIL", 1.0),
+    "gpu_temp_celsius": ("DCGM_FI_DEV_GPU_TEMP", 1.0),
+    "gpu_memory_temp_celsius": ("DCGM_FI_DEV_MEMORY_TEMP", 1.0),
+    "gpu_memory_used_bytes": ("DCGM_FI_DEV_FB_USED", 1048576.0),  # MiB
+    "gpu_sm_clock_hertz": ("DCGM_FI_DEV_SM_CLOCK", 1e6),  # MHz
+}
+"""jobscope's GPU metric <- dcgm-exporter's counter and the factor to its base unit, as
+dcgm-exporter documents its default counters (the rules shipped in examples/prometheus/)."""
 
 
 # ---- a WriteRequest encoder, written from the protobuf spec apart from the decoder ------------
@@ -149,13 +163,14 @@ class Site:
         self.named = f"rwhost-{tag}"  # a device named by its instance's host name
         self.pdu = f"rwpdu-{tag}"  # a device measuring self.node (device_alias)
         self.foreign = f"rwother-{tag}"
+        self.gpu_node = f"rwgpu-{tag}"  # a node whose GPUs' exporter Prometheus scrapes
         self.agent_user = f"agent-{tag}"
         self.agent = create_token(
             secret,
             self.agent_user,
             Role.AGENT,
             timedelta(hours=1),
-            nodes=[self.node, self.named, self.pdu],
+            nodes=[self.node, self.named, self.pdu, self.gpu_node],
         )
 
     def mapping(self) -> str:
@@ -248,7 +263,7 @@ remote_write:
     assert counted("samples_total") >= len(stored) > 0
     assert counted("samples_failed_total") == counted("samples_retried_total") == 0
     assert counted("samples_dropped_total") == 0
-    source = f"user:{site.agent_user}"
+    source = f"agent:{site.agent_user}"
     ours: dict[tuple[str, frozenset[tuple[str, str]]], set[tuple[int, bytes]]] = {}
     for metric, labels, ms, value in stored:
         assert labels.pop("source") == source and "instance" not in labels and "job" not in labels
@@ -269,6 +284,120 @@ remote_write:
         assert ours[key] == {s for s in theirs if s[0] <= newest}, key
         compared += len(ours[key])
     assert {m for m, _ in ours} >= set(COMPARED) and compared >= 3 * len(held)
+
+
+def _series(rows: list[tuple[Any, ...]], gpus: set[str]) -> dict[str, list[tuple[int, float]]]:
+    """metric -> [(ms, value)] of the stored rows of `gpus`, in time order."""
+    got: dict[str, list[tuple[int, float]]] = {}
+    for metric, labels, ms, value in rows:
+        if labels["gpu"] in gpus:
+            got.setdefault(metric, []).append((ms, value))
+    return got
+
+
+def test_a_gpu_exporter_through_prometheus_is_split_between_the_jobs_holding_the_gpus(
+    site: Site,
+    admin_client: Client,
+    api_url: str,
+    post_job: Callable[..., dict[str, Any]],
+    tmp_path: Path,
+) -> None:
+    """The shipped path for a site's GPUs (examples/prometheus/, what `make up DEVICES=sample`
+    runs): Prometheus scrapes dcgm-exporter's default counters (the simulator: 4 H100s, no GPU
+    here), its recording rules name them as jobscope does and remote_write sends them with an
+    agent token. ClickHouse holds Prometheus' recorded series bit for bit, under registry
+    names, labelled gpu, gpu_uuid and source only. Job A holds GPUs 0-1 of the node, job B
+    GPUs 2-3: each one's readings, summary and energy are its own GPUs' (measured: an
+    agent's readings are not a user's pushed values)."""
+    exporter = DcgmExporter(tmp_path / "dcgm", EXPORTER_PORT, gpus=4, hostname=site.gpu_node)
+    exporter.start()
+    token = tmp_path / "token"
+    token.write_text(site.agent)
+    instance = f"{site.gpu_node}:9400"
+    config = gpu_remote_write_config(
+        f"127.0.0.1:{EXPORTER_PORT}", instance, site.url.removesuffix("/api/v1/write"), token, 1
+    )
+    prometheus = Prometheus(tmp_path / "prometheus", PROMETHEUS_PORT, config)
+    prometheus.start()
+
+    def evaluations() -> int:
+        energy = _series(_rows(admin_client, site.gpu_node, "gpu_energy_joules_total"), {"0"})
+        return len(energy.get("gpu_energy_joules_total", []))
+
+    try:
+        wait_until(
+            lambda: evaluations() >= 8,
+            90,
+            f"8 rule evaluations in ClickHouse; Prometheus' log: {prometheus.log_tail()}",
+        )
+        held = prometheus.query(f'{{__name__=~"gpu_.*",instance="{instance}"}}[1h]')
+        scraped = prometheus.query(f'{{__name__=~"DCGM_.*",instance="{instance}"}}[1h]')
+        stored = _rows(admin_client, site.gpu_node)
+    finally:
+        prometheus.stop()
+        exporter.stop()
+    registry = load(SHIPPED)
+    assert {r[0] for r in stored} == set(DCGM_AS), "every mapped series, and nothing else"
+    assert [m for m in sorted(DCGM_AS) if registry.lookup(m).inferred] == []
+    raw = {
+        (s["metric"]["__name__"], s["metric"]["gpu"]): [
+            (round(t * 1000), float(v)) for t, v in s["values"]
+        ]
+        for s in scraped
+    }
+    for metric, labels, ms, value in stored:  # the rule's value: the last scrape's, in base units
+        name, factor = DCGM_AS[metric]
+        last = [v for t, v in raw[(name, labels["gpu"])] if t <= ms][-1]
+        assert value == pytest.approx(last * factor, rel=1e-12), (metric, labels, ms)
+    uuids = {labels["gpu"]: labels["gpu_uuid"] for _, labels, _, _ in stored}
+    assert sorted(uuids) == ["0", "1", "2", "3"] and len(set(uuids.values())) == 4
+    for metric, labels, _, _ in stored:
+        assert set(labels) == {"gpu", "gpu_uuid", "source"}, (metric, labels)
+        assert labels["source"] == f"agent:{site.agent_user}"
+    ours = {(m, lab["gpu"], ms): struct.pack("<d", v) for m, lab, ms, v in stored}
+    newest = max(ms for _, _, ms in ours)
+    for series in held:
+        key = (series["metric"]["__name__"], series["metric"]["gpu"])
+        theirs = {(*key, round(t * 1000)): struct.pack("<d", float(v)) for t, v in series["values"]}
+        assert {k: v for k, v in ours.items() if k[:2] == key} == {
+            k: v for k, v in theirs.items() if k[2] <= newest
+        }, key
+
+    times = sorted({ms for _, _, ms in ours})
+    start, end = times[1] - 500, times[-2] + 500  # whole evaluations, none on a boundary
+    inside = [r for r in stored if start < r[2] < end]
+    for job, gpus in ((f"{site.gpu_node}-a", {"0", "1"}), (f"{site.gpu_node}-b", {"2", "3"})):
+        post_job(
+            job_id=job,
+            user="alice",
+            nodes=[site.gpu_node],
+            state="terminated",
+            start=_iso_ms(start),
+            end=_iso_ms(end),
+            allocations={site.gpu_node: {"gpus": sorted(gpus)}},
+        )
+        own = _series(inside, gpus)
+        got = httpx.get(f"{api_url}/api/jobs/{job}/summary", timeout=30).json()
+        power = [m for m in got["metrics"] if m["metric_id"] == "gpu_power_watt"]
+        assert [(p["count"], p["pushed"]) for p in power] == [(len(own["gpu_power_watt"]), False)]
+        energy = {e["metric_id"]: e for e in got["energy"]}
+        counter = energy["gpu_energy_joules_total"]
+        deltas = 0.0
+        for gpu in gpus:
+            by_gpu = _series(inside, {gpu})["gpu_energy_joules_total"]
+            deltas += by_gpu[-1][1] - by_gpu[0][1]
+        assert counter["role"] == "gpu" and not counter["pushed"]
+        assert counter["joules"] == pytest.approx(deltas, rel=1e-9), (job, counter, deltas)
+        listed = httpx.get(
+            f"{api_url}/api/jobs/{job}/metrics",
+            params={"metrics": "gpu_power_watt"},
+            timeout=30,
+        ).json()
+        assert {r["labels"]["gpu"] for r in listed} == gpus
+
+
+def _iso_ms(ms: int) -> str:
+    return f"{datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec='milliseconds')[:-6]}Z"
 
 
 def test_a_hand_built_write_is_mapped_and_counts_what_it_skips(
@@ -304,7 +433,7 @@ def test_a_hand_built_write_is_mapped_and_counts_what_it_skips(
     }
     empty = site.post(snappy(b""))  # Prometheus' metadata-only writes carry no series
     assert empty.status_code == 200 and empty.json()["accepted"] == 0, empty.text
-    source = f"user:{site.agent_user}"
+    source = f"agent:{site.agent_user}"
     wait_until(lambda: _rows(admin_client, site.named, "rw_by_host") != [], 30, "the host's row")
     assert _rows(admin_client, site.named, "gpu_power_watt") == [
         ("gpu_power_watt", {"gpu": "3", "host": "kept", "source": source}, at, 250.5)

@@ -15,7 +15,7 @@ from tests import ports
 TESTS = Path(__file__).resolve().parents[1]
 # What `make up` listens on (stack/config.py's defaults, Superset, AUTH=oidc's provider, the
 # sample fleet's simulators).
-MAKE_UP = {8000, 8088, 8123, 8180, 9001, 9092, 9093, 9464, 11161, 11162, 12001, 12002}
+MAKE_UP = {8000, 8088, 8123, 8180, 9001, 9092, 9093, 9464, 11090, 11161, 11162, 11400, 12001, 12002}
 
 
 def every_port(shift: int, workers: int, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
