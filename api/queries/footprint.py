@@ -23,7 +23,7 @@ import orjson
 from clickhouse_connect.driver.client import Client
 
 from api.infra.params import NamePatterns
-from api.queries.metrics import ALIAS, PUSHED, Selection, node_instants, scope_rows
+from api.queries.metrics import ALIAS, PUSHED, Selection, allocated, node_instants, scope_rows
 
 GAP_PERIODS = 3
 SILENT_PERIODS = 5
@@ -144,9 +144,10 @@ FROM metrics_1m FINAL
 WHERE bucket BETWEEN toStartOfMinute({{start:DateTime64(6, 'UTC')}})
     AND {{end:DateTime64(6, 'UTC')}} AND count > 0
     AND (device_id IN {{nodes:Array(String)}} OR (device_id IN {{aliased:Array(String)}}
-        AND labels['{ALIAS}'] IN {{nodes:Array(String)}}))
+        AND labels['{ALIAS}'] IN {{nodes:Array(String)}})){{allocated}}
 """
-"""A node's rows of the rollups: its own, and those of the devices measuring it."""
+"""A node's rows of the rollups: its own, and those of the devices measuring it; `{allocated}`:
+the job's allocations' conditions (`_rollup`)."""
 _ROLLUP_BUCKETS = f"SELECT DISTINCT node, metric_id, bucket FROM ({_ROLLUP_ROWS})"
 
 # Per node, metric and bucket: the devices measuring the node summed (as Kwollect sums
@@ -197,6 +198,13 @@ SELECT count() FROM (
 """
 
 
+def _rollup(sql: str, selection: Selection, params: dict[str, Any]) -> str:
+    """`sql` reading `_ROLLUP_ROWS` with the rows of GPUs and CPUs the job does not hold left
+    out (the rollups keep a series' labels, so the raw rows' rule applies as is)."""
+    held = "".join(f" AND {c}" for c in allocated(selection, params))
+    return sql.replace("{allocated}", held)
+
+
 def source(client: Client, selection: Selection) -> str:
     """`raw` while the scope's raw readings are kept; `rollup_1m` when the rollups hold a
     minute of the nodes' without raw readings up to its end (raw readings expired, at least
@@ -221,7 +229,7 @@ def footprint_rows(
         return []
     params = {**_params(selection), **scales.params(), "gap_periods": GAP_PERIODS}
     if from_rollups:
-        sql = _ROLLUP
+        sql = _rollup(_ROLLUP, selection, params)
     else:
         narrowed = replace(selection, metrics=NamePatterns(exact=tuple(scales.metrics)))
         sql = _RAW.replace("{rows}", scope_rows(narrowed, params))
@@ -234,7 +242,7 @@ def silent_rows(client: Client, selection: Selection, from_rollups: bool) -> lis
     gaps `[from, to]` longer than SILENT_PERIODS periods between them."""
     params = {**_params(selection), "silent_periods": SILENT_PERIODS}
     if from_rollups:
-        return _rows(client, _SILENT_ROLLUP, params)
+        return _rows(client, _rollup(_SILENT_ROLLUP, selection, params), params)
     every = replace(selection, metrics=NamePatterns(), labels={})
     sql = _SILENT_RAW.replace("{rows}", node_instants(every, params))
     params["nodes"] = list(selection.devices)

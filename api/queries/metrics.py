@@ -115,7 +115,7 @@ _CPU_HELD = (
 )
 
 
-def _allocated(s: Selection, params: dict[str, Any], device: str) -> list[str]:
+def allocated(s: Selection, params: dict[str, Any], device: str = "device_id") -> list[str]:
     """A row labelled with a GPU (`gpu`, `gpu_uuid`) or a CPU id (`cpu`, else `core`) of a
     node where the job holds some is kept only if the job holds that one (kafka/allocations.py
     applies the same rule in Python). `device`: SQL of the row's own device id."""
@@ -152,7 +152,7 @@ def _filters(s: Selection, params: dict[str, Any], device: str = "device_id") ->
     if s.site is not None:
         params["site"] = s.site
         where.append(f"labels['{SITE}'] IN ('', {{site:String}})")
-    return where + _allocated(s, params, device)
+    return where + allocated(s, params, device)
 
 
 def _params(s: Selection) -> dict[str, Any]:

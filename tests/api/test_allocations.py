@@ -16,9 +16,16 @@ from typing import Any
 
 import httpx
 import pytest
+from clickhouse_connect.driver.client import Client
 
+from api.footprint import scales_of
+from api.infra.params import NamePatterns
+from api.queries.footprint import footprint_rows
+from api.queries.metrics import Selection
+from kafka.allocations import Allocated
 from kafka.reading import Reading
 from tests.api.conftest import Listener, Row
+from tests.conftest import wait_for_rollups
 
 SPAN_S = 60
 GPU_WATTS = {"0": 100.0, "1": 200.0, "2": 300.0, "3": 400.0}
@@ -206,3 +213,36 @@ def test_live_stream_holds_the_jobs_gpus_only(
     node_rows = {("bmc_power_watt", ""), ("marker", "")}
     assert seen(first) == {("gpu_power_watt", "0"), ("gpu_power_watt", "1")} | node_rows
     assert seen(whole) == {("gpu_power_watt", g) for g in GPU_WATTS} | node_rows
+
+
+@pytest.mark.slow
+def test_the_footprint_from_the_rollups_holds_the_jobs_gpus_only(
+    shared: Shared, admin_client: Client, reader_client: Client
+) -> None:
+    """Once raw readings expire the footprint is read from the 1-minute rollups: a job's
+    node GPU power there is its own GPUs' summed (the registry's node aggregation), as from
+    raw readings, never the node's four."""
+    per_instant = len(GPU_WATTS) * 2 + 2  # 4 GPUs, 4 CPUs, the BMC, the load
+    wait_for_rollups(admin_client, shared.node, per_instant * (SPAN_S + 1))
+    start = datetime(2026, 11, 20, 10, 0, 0)
+    for gpus in ("01", "23", "0123"):
+        held = Allocated.of({shared.node: {"gpus": list(gpus)}})
+        selection = Selection(
+            (shared.node,),
+            start,
+            start + timedelta(seconds=SPAN_S),
+            NamePatterns(),
+            measured=True,
+            allocated=held,
+        )
+        means = {
+            from_rollups: [
+                r["mean"]
+                for r in footprint_rows(
+                    reader_client, selection, scales_of(["gpu_power_watt"]), from_rollups
+                )
+            ]
+            for from_rollups in (False, True)
+        }
+        own = sum(GPU_WATTS[g] for g in gpus)
+        assert means == {False: [pytest.approx(own)], True: [pytest.approx(own)]}, gpus
