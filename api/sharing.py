@@ -8,7 +8,8 @@ policy (JOBSCOPE_ENERGY_SHARING, docs/jobs.md "Allocations"). No SQL here.
   energy if that is unknown) x the job's CPU share; never below the GPUs' own energy.
 
 A node where the job has no allocation (or no CPUs in it), or whose CPU count is unknown
-(JOBSCOPE_NODE_CPUS = 0), is exclusive whatever the policy. A node whose preferred source is
+(JOBSCOPE_NODE_CPUS 0, or an object that does not name the node), is exclusive whatever the
+policy. A node whose preferred source is
 its GPUs (no whole-node meter) keeps its figure: the GPU readings are already the job's own.
 """
 
@@ -25,10 +26,17 @@ Policy = Literal["exclusive", "cores", "gpus"]
 
 @dataclass(frozen=True)
 class Sharing:
-    """The site's policy and the CPU count of its nodes (0: unknown)."""
+    """The site's policy and the CPU count of its nodes: one for all, or one per node (a
+    node not named, or 0: unknown)."""
 
     policy: Policy = "exclusive"
-    node_cpus: int = 0
+    node_cpus: int | Mapping[str, int] = 0
+
+    def cpus_of(self, node: str) -> int:
+        """The node's CPU count; 0 when unknown."""
+        if isinstance(self.node_cpus, int):
+            return self.node_cpus
+        return self.node_cpus.get(node, 0)
 
 
 EXCLUSIVE = Sharing()
@@ -47,9 +55,11 @@ def cpus_held(entry: Mapping[str, Any] | None) -> int | None:
 def shared_nodes(sharing: Sharing, allocations: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """The nodes whose energy the policy splits: those where the job holds CPUs, when the
     policy is not exclusive and the node's CPU count is known."""
-    if sharing.policy == "exclusive" or sharing.node_cpus <= 0:
+    if sharing.policy == "exclusive":
         return []
-    return sorted(n for n, entry in allocations.items() if cpus_held(entry))
+    return sorted(
+        n for n, entry in allocations.items() if cpus_held(entry) and sharing.cpus_of(n) > 0
+    )
 
 
 def gpu_energy(energy: list[dict[str, Any]], node: str) -> dict[str, Any] | None:
@@ -75,7 +85,7 @@ def attribute(
         row.update(gpu_joules=None, node_gpu_joules=None)
         if node not in shared or row["role"] == "gpu":
             continue
-        cpu_share = min(1.0, (cpus_held(allocations[node]) or 0) / sharing.node_cpus)
+        cpu_share = min(1.0, (cpus_held(allocations[node]) or 0) / sharing.cpus_of(node))
         joules = whole * cpu_share
         if sharing.policy == "gpus":
             held = allocations[node].get("gpus") or allocations[node].get("gpu_uuids")

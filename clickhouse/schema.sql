@@ -274,7 +274,10 @@ CREATE TABLE oar_changes_queue
     `assigned_moldable_job` Int64,
     `moldable_job_id` Int64,
     `resource_id` Int64,
-    `network_address` String
+    `network_address` String,
+    `type` String,
+    `cpuset` String,
+    `gpu_index` String
 )
 ENGINE = Kafka
 SETTINGS kafka_broker_list = '127.0.0.1:9092', kafka_topic_list = 'oar-changes', kafka_group_name = 'jobscope-clickhouse-oar', kafka_format = 'JSONEachRow', kafka_num_consumers = 1, kafka_max_block_size = 1, kafka_flush_interval_ms = 500, input_format_skip_unknown_fields = 1;
@@ -284,7 +287,10 @@ CREATE TABLE oar_resources
     `site` LowCardinality(String),
     `resource_id` Int64,
     `network_address` String,
-    `lsn` UInt64
+    `lsn` UInt64,
+    `type` String DEFAULT 'default',
+    `cpuset` String DEFAULT '',
+    `gpu_index` String DEFAULT ''
 )
 ENGINE = ReplacingMergeTree(lsn)
 ORDER BY (site, resource_id)
@@ -696,20 +702,37 @@ CREATE VIEW oar_moldable_job_nodes
 (
     `site` LowCardinality(String),
     `moldable_job_id` Int64,
-    `nodes` Array(String)
+    `nodes` Array(String),
+    `allocations` String
 )
 AS SELECT
-    a.site AS site,
-    a.moldable_job_id AS moldable_job_id,
-    arraySort(groupUniqArray(r.network_address)) AS nodes
-FROM oar_assigned_resources AS a
-FINAL
-INNER JOIN oar_resources AS r
-FINAL ON (r.site = a.site) AND (r.resource_id = a.resource_id)
-WHERE NOT a.deleted
+    site,
+    moldable_job_id,
+    arraySort(groupArray(network_address)) AS nodes,
+    toJSONString(mapFromArrays(groupArrayIf(splitByChar('.', network_address)[1], (cpus IS NOT NULL) OR notEmpty(gpus)), groupArrayIf(CAST((cpus, gpus), 'Tuple(cpus Nullable(String), gpus Array(String))'), (cpus IS NOT NULL) OR notEmpty(gpus)))) AS allocations
+FROM
+(
+    SELECT
+        a.site AS site,
+        a.moldable_job_id AS moldable_job_id,
+        r.network_address AS network_address,
+        groupArrayIf(r.cpuset, (r.type IN ('', 'default'))) AS cpusets,
+        groupArrayIf(r.gpu_index, (r.type IN ('', 'default')) AND (r.gpu_index != '')) AS indexes,
+        if(notEmpty(cpusets) AND arrayAll(c -> match(c, '^[0-9]{1,5}(-[0-9]{1,5})?(,[0-9]{1,5}(-[0-9]{1,5})?)*$'), cpusets), arrayStringConcat(arrayDistinct(cpusets), ','), NULL) AS cpus,
+        if(arrayAll(g -> match(g, '^[0-9]{1,4}$'), indexes), arraySort(g -> toUInt32(g), arrayDistinct(indexes)), []) AS gpus
+    FROM oar_assigned_resources AS a
+    FINAL
+    INNER JOIN oar_resources AS r
+    FINAL ON (r.site = a.site) AND (r.resource_id = a.resource_id)
+    WHERE NOT a.deleted
+    GROUP BY
+        a.site,
+        a.moldable_job_id,
+        r.network_address
+)
 GROUP BY
-    a.site,
-    a.moldable_job_id;
+    site,
+    moldable_job_id;
 
 CREATE MATERIALIZED VIEW oar_jobs_mv TO jobs
 (
@@ -723,7 +746,8 @@ CREATE MATERIALIZED VIEW oar_jobs_mv TO jobs
     `state` String,
     `site` String,
     `labels` Map(String, String),
-    `updated_at` DateTime64(3, 'UTC')
+    `updated_at` DateTime64(3, 'UTC'),
+    `allocations` String
 )
 AS WITH if(endsWith(change._topic, concat('.', 'oar-changes')), substring(change._topic, 1, (length(change._topic) - length('oar-changes')) - 1), '') AS change_site
 SELECT
@@ -737,7 +761,8 @@ SELECT
     multiIf((change.state IN ('Running', 'Suspended', 'Resuming', 'Finishing')), 'running', change.state = 'Terminated', 'terminated', (change.state IN ('Error', 'toError')), 'error', 'waiting') AS state,
     change_site AS site,
     map('oar_state', change.state, 'job_name', change.job_name, 'job_type', change.job_type) AS labels,
-    fromUnixTimestamp64Milli(change.__source_ts_ms, 'UTC') AS updated_at
+    fromUnixTimestamp64Milli(change.__source_ts_ms, 'UTC') AS updated_at,
+    assigned.allocations AS allocations
 FROM oar_changes_queue AS change
 LEFT JOIN oar_moldable_job_nodes AS assigned ON (assigned.site = change_site) AND (assigned.moldable_job_id = change.assigned_moldable_job)
 WHERE (change.__table = 'jobs') AND (change.__deleted != 'true');
@@ -747,13 +772,19 @@ CREATE MATERIALIZED VIEW oar_resources_mv TO oar_resources
     `site` String,
     `resource_id` Int64,
     `network_address` String,
-    `lsn` UInt64
+    `lsn` UInt64,
+    `type` String,
+    `cpuset` String,
+    `gpu_index` String
 )
 AS SELECT
     if(endsWith(_topic, concat('.', 'oar-changes')), substring(_topic, 1, (length(_topic) - length('oar-changes')) - 1), '') AS site,
     resource_id,
     network_address,
-    __lsn AS lsn
+    __lsn AS lsn,
+    if(type = '', 'default', type) AS type,
+    cpuset,
+    gpu_index
 FROM oar_changes_queue
 WHERE (__table = 'resources') AND (__deleted != 'true');
 

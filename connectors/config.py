@@ -34,6 +34,14 @@ class ConnectSettings(BaseSettings):
         description="password of oar_db_user; empty: the demo database's generated one",
     )
 
+    oar_gpu_property: str = Field(
+        "gpudevice",
+        pattern=r"^[a-z_][a-z0-9_]{0,63}$",
+        description="the column of OAR's resources holding a GPU's index on its node (a site "
+        "property: gpudevice on Grid'5000, where gpu is a cluster-wide GPU id); a job's "
+        "allocations hold its resources' values (clickhouse/migrations/0026)",
+    )
+
     def secrets(self) -> dict[str, str]:
         """What the connector files need that may not be in a connector's configuration:
         stored in the worker's secrets file (connectors/worker.py), by key."""
@@ -48,4 +56,5 @@ class ConnectSettings(BaseSettings):
             "OAR_DB_NAME": self.oar_db_name,
             "OAR_DB_USER": self.oar_db_user,
             "OAR_DB_PASSWORD": references["oar_db_password"],
+            "OAR_GPU_PROPERTY": self.oar_gpu_property,
         }

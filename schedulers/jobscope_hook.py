@@ -42,6 +42,14 @@ CONFIG_KEYS = (
     # Slurm: "yes" reads each node's CPU ids, GPU indexes and memory from
     # `scontrol show job -d` at job start (one more call to slurmctld per job)
     "JOBSCOPE_SLURM_ALLOCATIONS",
+    # OAR: "yes" reads each node's CPU ids (resource property cpuset), GPU indexes and memory
+    # from the job's resources at job start (`oarnodes -J --sql "resource_id IN (...)"`)
+    "JOBSCOPE_OAR_ALLOCATIONS",
+    "JOBSCOPE_OARNODES",  # OAR: the oarnodes command (default: oarnodes)
+    "JOBSCOPE_OAR_GPU_PROPERTY",  # OAR: the resource property of a GPU's index (gpudevice)
+    # OAR: a resource property in MB summed over the job's resources of a node as its
+    # memory (e.g. memcore, where each core resource carries its share); unset: no memory
+    "JOBSCOPE_OAR_MEMORY_PROPERTY",
     "JOBSCOPE_MAIL_PROG",  # slurm/jobscope_mail: the site's mail program (default /usr/bin/mail)
     "JOBSCOPE_MAIL_ATTACH",  # slurm/jobscope_mail: "yes" attaches the HTML report (mail -a)
 )
@@ -530,6 +538,91 @@ def oar_job(hook: Hook, job_id: str, entry: Mapping[str, Any]) -> dict[str, Any]
 
 def oar_stop_time(entry: Mapping[str, Any]) -> str | None:
     return unix_to_iso(entry.get("stopTime", entry.get("stop_time")))
+
+
+OAR_GPU_PROPERTY = "gpudevice"
+_PROPERTY_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+
+
+def oar_resource_rows(document: Any) -> list[dict[str, Any]]:
+    """The resources `oarnodes -J` printed: OAR 2.5 an object by resource id of rows, OAR 3
+    a list of rows; a row's properties are its own keys (or under `properties`)."""
+    rows = list(document.values()) if isinstance(document, dict) else document
+    out: list[dict[str, Any]] = []
+    if not isinstance(rows, list):
+        return out
+    for row in rows:
+        if isinstance(row, dict):
+            nested = row.get("properties")
+            out.append({**row, **nested} if isinstance(nested, dict) else dict(row))
+    return out
+
+
+def oar_allocations(
+    rows: list[dict[str, Any]],
+    resource_ids: set[str],
+    gpu_property: str = OAR_GPU_PROPERTY,
+    memory_property: str = "",
+) -> dict[str, dict[str, Any]]:
+    """Per node (network_address), the union of the job's resources' `cpuset` ids and GPU
+    indexes, and the sum of their memory property: what OAR's cpuset manager gives the job.
+    A node where one resource's cpuset (GPU, memory) is not one leaves that key out."""
+    found: dict[str, dict[str, list[Any]]] = {}
+    for row in rows:
+        rid = str(row.get("resource_id", row.get("id", "")))
+        node = str(row.get("network_address") or "")
+        if rid not in resource_ids or not node or row.get("type", "default") != "default":
+            continue
+        values = found.setdefault(node, {"cpus": [], "gpus": [], "memory_mb": []})
+        values["cpus"].append(row.get("cpuset"))
+        values["gpus"].append(row.get(gpu_property))
+        if memory_property:
+            values["memory_mb"].append(row.get(memory_property))
+    return {node: entry for node, v in found.items() if (entry := _oar_node_entry(v))}
+
+
+def _oar_node_entry(values: dict[str, list[Any]]) -> dict[str, Any]:
+    entry: dict[str, Any] = {}
+    cpus = [index_list(str(c).strip()) for c in values["cpus"]]
+    if cpus and all(cpus):
+        ids = sorted({int(i) for found in cpus for i in found})
+        entry["cpus"] = ",".join(str(i) for i in ids)
+    gpus = [str(g).strip() for g in values["gpus"] if g not in (None, "")]
+    if gpus and all(g.isdigit() for g in gpus):
+        entry["gpus"] = sorted(set(gpus), key=int)
+    memory = [str(m).strip() for m in values["memory_mb"]]
+    if memory and all(m.isdigit() for m in memory):
+        entry["memory_mb"] = sum(int(m) for m in memory)
+    return entry
+
+
+def oar_job_allocations(hook: Hook, entry: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The job's allocations when the config asks for them (JOBSCOPE_OAR_ALLOCATIONS=yes), from
+    the properties of its assigned resources; {} (logged, if oarnodes failed) otherwise."""
+    if hook.setting("JOBSCOPE_OAR_ALLOCATIONS").lower() != "yes":
+        return {}
+    ids = {str(r) for r in entry.get("assigned_resources") or [] if str(r).isdigit()}
+    properties = [
+        hook.setting("JOBSCOPE_OAR_GPU_PROPERTY", OAR_GPU_PROPERTY),
+        hook.setting("JOBSCOPE_OAR_MEMORY_PROPERTY"),
+    ]
+    bad = [name for name in properties if name and not _PROPERTY_NAME.fullmatch(name)]
+    if bad:
+        hook.log(f"{bad[0]!r} is not an OAR property name: no allocations sent")
+        return {}
+    if not ids:
+        return {}
+    command = shlex.split(hook.setting("JOBSCOPE_OARNODES", "oarnodes"))
+    where = f"resource_id IN ({','.join(sorted(ids, key=int))})"
+    stdout = run_tool(hook, [*command, "-J", "--sql", where])
+    if stdout is None:
+        return {}
+    try:
+        document = json.loads(stdout.decode("utf-8", "replace"))
+    except ValueError as exc:
+        hook.log(f"oarnodes printed no JSON document: {exc}; no allocations sent")
+        return {}
+    return oar_allocations(oar_resource_rows(document), ids, *properties)
 
 
 def run(name: str, main: Callable[[Hook], None]) -> None:

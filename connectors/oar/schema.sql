@@ -26,8 +26,15 @@ CREATE TABLE IF NOT EXISTS resources (
     type varchar(100) NOT NULL DEFAULT 'default',
     network_address varchar(100) NOT NULL DEFAULT '',
     host varchar(255),
-    state varchar(9) NOT NULL DEFAULT 'Alive'
+    state varchar(9) NOT NULL DEFAULT 'Alive',
+    cpuset varchar(255) NOT NULL DEFAULT '0'
 );
+
+-- cpuset is OAR's own column (a resource's CPU ids); gpudevice a site property (`oarproperty
+-- -a gpudevice`: a GPU's index on its node), as Grid'5000 names it. Added to a database made
+-- before the allocations (issue 31) read them.
+ALTER TABLE resources ADD COLUMN IF NOT EXISTS cpuset varchar(255) NOT NULL DEFAULT '0';
+ALTER TABLE resources ADD COLUMN IF NOT EXISTS gpudevice varchar(255);
 
 CREATE TABLE IF NOT EXISTS assigned_resources (
     moldable_job_id integer NOT NULL DEFAULT 0,

@@ -3,7 +3,9 @@ real API, Kafka and ClickHouse: a node of 64 CPUs whose BMC reads 400 W for 60 s
 GPUs (gpu=0 at 100 W, gpu=1 at 200 W). Job A holds CPUs 0-15 and GPU 0, job B CPUs 16-63 and
 GPU 1, job C nothing (whole node). The stack's API runs the default policy (exclusive); two
 more APIs run `cores` and `gpus` with JOBSCOPE_NODE_CPUS=64. A job record, computed as the
-refresher computes it (api/records.py `compute`), carries the attribution of its settings."""
+refresher computes it (api/records.py `compute`), carries the attribution of its settings.
+A third API runs `cores` with JOBSCOPE_NODE_CPUS as a per-node object: nodes of different
+sizes, one it does not name."""
 
 from __future__ import annotations
 
@@ -193,3 +195,111 @@ def test_a_record_carries_the_attribution_and_an_unknown_node_size_is_exclusive(
         "exclusive",
         "gpus",
     )
+
+
+SMALL_WATTS = 80.0
+"""the small nodes' BMCs"""
+
+
+@dataclass(frozen=True)
+class Sized:
+    big: str
+    """the 64-CPU node of `shared`, 128 CPUs by the map"""
+    small: str
+    """a node the map gives 16 CPUs by a hostlist expression"""
+    unnamed: str
+    """a node the map does not name: unknown size, exclusive"""
+    d: str
+    """CPUs 0-15 on big, 0-3 on small, 0-3 on unnamed"""
+    e: str
+    """CPUs 4-15 on small"""
+
+
+@pytest.fixture(scope="module")
+def sized(
+    shared: Shared,
+    insert_readings: Callable[[list[Row]], None],
+    post_job: Callable[..., dict[str, Any]],
+) -> Sized:
+    p = shared.node.removesuffix("-gpu-01")
+    small, unnamed = f"{p}-cpu-2", f"{p}-other-1"
+    start = datetime(2026, 11, 21, 10, 0, 0)
+    insert_readings(
+        [
+            [start + timedelta(seconds=s), node, "bmc_power_watt", SMALL_WATTS, {}]
+            for s in range(SPAN_S + 1)
+            for node in (small, unnamed)
+        ]
+    )
+    jobs = Sized(shared.node, small, unnamed, f"{p}_d", f"{p}_e")
+    times = {
+        "user": "alice",
+        "state": "terminated",
+        "start": f"{start.isoformat()}Z",
+        "end": f"{(start + timedelta(seconds=SPAN_S)).isoformat()}Z",
+    }
+    d_cpus = {shared.node: {"cpus": "0-15"}, small: {"cpus": "0-3"}, unnamed: {"cpus": "0-3"}}
+    post_job(job_id=jobs.d, nodes=list(d_cpus), allocations=d_cpus, **times)
+    post_job(job_id=jobs.e, nodes=[small], allocations={small: {"cpus": "4-15"}}, **times)
+    return jobs
+
+
+@pytest.fixture(scope="module")
+def mapped_api(clickhouse: StackSettings, sized: Sized) -> Iterator[str]:
+    """`cores` with a map: the big node by its full name (a domain suffix is dropped), the
+    small ones by a hostlist expression."""
+    p = sized.big.removesuffix("-gpu-01")
+    node_cpus = {f"{sized.big}.site.org": 128, f"{p}-cpu-[1-4]": 16}
+    name = "api-energy-mapped"
+    env = {
+        "JOBSCOPE_ENERGY_SHARING": "cores",
+        "JOBSCOPE_NODE_CPUS": orjson.dumps(node_cpus).decode(),
+        "JOBSCOPE_RECORDS_INTERVAL_S": "0",
+    }
+    port = ports.port("energy-sharing", 2)
+    try:
+        yield services.start_api(clickhouse, name=name, port=port, env=env)
+    finally:
+        services.process(clickhouse, name).stop(timeout=30)
+
+
+def test_a_per_node_cpu_map_shares_each_node_by_its_own_size(mapped_api: str, sized: Sized) -> None:
+    got = summary(mapped_api, sized.d)
+    nodes = {row["node"]: row for row in got["energy_nodes"]}
+    assert {n: (r["attribution"], r["cpu_share"]) for n, r in nodes.items()} == {
+        sized.big: ("cores", pytest.approx(16 / 128)),
+        sized.small: ("cores", pytest.approx(4 / 16)),
+        sized.unnamed: ("exclusive", None),
+    }
+    small_j = SMALL_WATTS * SPAN_S
+    assert nodes[sized.big]["joules"] == pytest.approx(NODE_J * 16 / 128)
+    assert nodes[sized.small]["joules"] == pytest.approx(small_j / 4)
+    assert nodes[sized.unnamed]["joules"] == pytest.approx(small_j)
+    job = got["energy_job"]
+    assert job["attribution"] == "mixed"
+    assert job["joules"] == pytest.approx(NODE_J / 8 + small_j / 4 + small_j)
+    # the other job on the small node: the two shares are the node's whole energy
+    e = job_energy(mapped_api, sized.e)
+    assert (e["attribution"], e["joules"]) == ("cores", pytest.approx(small_j * 12 / 16))
+    assert e["joules"] + nodes[sized.small]["joules"] == pytest.approx(small_j)
+
+
+def test_a_per_node_cpu_map_is_checked_at_start() -> None:
+    def settings(node_cpus: Any) -> ApiSettings:
+        return ApiSettings(clickhouse_api_password="unused", node_cpus=node_cpus)
+
+    assert settings({"n-[1-2]": 8, "gpu-1.site.org": 64}).node_cpus == {
+        "n-1": 8,
+        "n-2": 8,
+        "gpu-1": 64,
+    }
+    assert settings(64).node_cpus == 64
+    for bad, says in [
+        ({"n-[1-2]": 8, "n-2": 16}, "named twice"),
+        ({"n-[1-": 8}, "hostlist expression"),
+        ({"n-1": 0}, "from 1 to"),
+        ({"n-[1-999999]": 8}, "hostlist expression"),  # hostlist refuses to expand it
+        (-1, "from 0 to"),
+    ]:
+        with pytest.raises(ValueError, match=says):
+            settings(bad)
