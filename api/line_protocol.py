@@ -25,9 +25,6 @@ from __future__ import annotations
 
 import math
 import re
-import zlib
-
-from starlette.exceptions import HTTPException
 
 from api import push
 from api.infra.config import ApiSettings
@@ -63,21 +60,7 @@ SKIPPED = ("strings", "non_finite")
 def text_of(body: bytes, encoding: str, limit: int) -> str:
     """The body as text: gzip decompressed to at most `limit` bytes (413 beyond), else as
     sent; 415 for another encoding, 400 for a truncated gzip or text that is not UTF-8."""
-    encoding = encoding.strip().lower()
-    if encoding == "gzip":
-        inflater = zlib.decompressobj(wbits=31)
-        try:
-            data = inflater.decompress(body, limit + 1)
-        except zlib.error as exc:
-            raise ParameterError("body", f"corrupt gzip: {exc}") from None
-        if len(data) > limit or inflater.unconsumed_tail:
-            raise TooLarge(f"gzip body over {limit} bytes once decompressed")
-        if not inflater.eof:
-            raise ParameterError("body", "truncated gzip")
-    elif encoding in ("", "identity"):
-        data = body
-    else:
-        raise HTTPException(415, f"Content-Encoding {encoding!r}: gzip or none")
+    data = push.decompressed(body, encoding, limit)
     try:
         return data.decode()
     except UnicodeDecodeError as exc:

@@ -84,7 +84,12 @@ def create_app(settings: ApiSettings) -> FastAPI:
         settings.auth_max_failures, settings.auth_failure_window_s, settings.auth_tracked_clients
     )
     # the push route streams its body under its own cap (JOBSCOPE_PUSH_MAX_BODY_BYTES)
-    pushes = [(m, r.path) for r in push.router.routes if isinstance(r, APIRoute) for m in r.methods]
+    pushes = [
+        (m, r.path)
+        for r in (*push.router.routes, *push.otlp_router.routes)
+        if isinstance(r, APIRoute)
+        for m in r.methods
+    ]
     app.add_middleware(BodyGuard, own_cap=pushes)
     app.state.push_limits = PushLimits(settings)
     app.state.push_devices = PushDevices.load(  # a bad map stops the start
@@ -94,6 +99,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
     app.include_router(registry_routes.router)
     app.include_router(metrics.router)
     app.include_router(push.router)
+    app.include_router(push.otlp_router)
     app.include_router(tokens.router)
     app.include_router(jobs.router)
     app.include_router(live.router)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+import zlib
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
+from starlette.exceptions import HTTPException
 
 from api.infra.clickhouse import ClickHouseProvider
 from api.infra.config import ApiSettings
@@ -67,6 +69,28 @@ def parse_body(body: bytes, content_type: str) -> list[Any]:
     return data if isinstance(data, list) else [data]
 
 
+def decompressed(body: bytes, encoding: str, limit: int) -> bytes:
+    """A body as sent with `Content-Encoding: encoding`: gzip decompressed to at most `limit`
+    bytes (413 beyond, however small it was on the wire), else as it came; 415 for another
+    encoding, 400 for corrupt or truncated gzip. For the standard protocols that may send gzip
+    (line protocol, OTLP)."""
+    encoding = encoding.strip().lower()
+    if encoding in ("", "identity"):
+        return body
+    if encoding != "gzip":
+        raise HTTPException(415, f"Content-Encoding {encoding!r}: gzip or none")
+    inflater = zlib.decompressobj(wbits=31)
+    try:
+        data = inflater.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise ParameterError("body", f"corrupt gzip: {exc}") from None
+    if len(data) > limit or inflater.unconsumed_tail:
+        raise TooLarge(f"gzip body over {limit} bytes once decompressed")
+    if not inflater.eof:
+        raise ParameterError("body", "truncated gzip")
+    return data
+
+
 @dataclass(frozen=True)
 class Window:
     """The times a push may carry (JOBSCOPE_PUSH_MAX_AGE_S, JOBSCOPE_PUSH_MAX_AHEAD_S)."""
@@ -76,7 +100,7 @@ class Window:
 
 
 def validate(items: list[Any], settings: ApiSettings, who: Principal) -> list[Reading]:
-    """Every item as a Reading labelled `source=user:<name>`, its device id without domain
+    """Every item as a Reading labelled `source` (`source(who)`), its device id without domain
     suffix (as jobs and queries name nodes); the first bad one is a
     ParameterError naming it (`readings[3].value`), a batch too large is TooLarge."""
     if len(items) > settings.push_max_readings:
@@ -112,8 +136,10 @@ def window(settings: ApiSettings) -> Window:
 
 
 def source(who: Principal) -> str:
-    """The `source` label of what `who` pushes, whatever the protocol."""
-    return f"user:{who.user}"
+    """The `source` label of what `who` pushes, whatever the protocol: `agent:<name>` for a
+    site's agent (measurements, as a producer's: summaries and footprints count them), else
+    `user:<name>` (a user's own values, kept apart: api/queries/metrics.py PUSHED)."""
+    return f"{'agent' if who.role is Role.AGENT else 'user'}:{who.user}"
 
 
 def _reading(where: str, item: Any, settings: ApiSettings, window: Window, source: str) -> Reading:

@@ -1,5 +1,6 @@
 """Which device a series pushed by a standard protocol (Prometheus remote_write, Influx line
-protocol) belongs to.
+protocol, OTLP: api/otlp.py passes a resource's host.name as `host`, its
+service.instance.id as `instance`) belongs to.
 
 Such senders name the machine they scraped or run on by a label, `instance` (Prometheus:
 `host:port`) or else `host` (Telegraf), never by a jobscope device id. The site's map

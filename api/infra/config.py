@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
+import hostlist
 from pydantic import Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import SettingsConfigDict
 
@@ -16,6 +17,36 @@ MIN_TOKEN_CHARS = 16
 96 bits; `make up` generates 16)."""
 MIN_TOKEN_SECRET_CHARS = 32
 """The HS256 signing key is refused at start below this (RFC 7518: a key of 256 bits)."""
+MAX_NODE_CPUS = 65_536
+MAX_MAPPED_NODES = 100_000
+"""Nodes that JOBSCOPE_NODE_CPUS's object may name, its expressions expanded."""
+
+
+def _cpu_count(where: str, value: int, zero: bool = False) -> int:
+    low = 0 if zero else 1
+    if isinstance(value, bool) or not low <= value <= MAX_NODE_CPUS:
+        raise ValueError(f"{where}: a CPU count from {low} to {MAX_NODE_CPUS} is required")
+    return value
+
+
+def node_cpus_map(value: dict[str, int]) -> dict[str, int]:
+    """`{"node-[1-8]": 64}` as one count per node name (domain suffix dropped, as the API
+    names nodes); ValueError naming the key for a bad expression, count or a node given twice."""
+    out: dict[str, int] = {}
+    for key, count in value.items():
+        where = f"node_cpus[{key[:64]!r}]"
+        try:
+            names = hostlist.expand_hostlist(key)
+        except hostlist.BadHostlist as exc:
+            raise ValueError(f"{where}: not a node or hostlist expression: {exc}") from None
+        for name in names:
+            node = name.strip().split(".", 1)[0]
+            if not node or node in out:
+                raise ValueError(f"{where}: {node!r} is empty or named twice")
+            out[node] = _cpu_count(where, count)
+            if len(out) > MAX_MAPPED_NODES:
+                raise ValueError(f"node_cpus: more than {MAX_MAPPED_NODES} nodes")
+    return out
 
 
 class ApiSettings(KafkaClientSettings):
@@ -246,12 +277,12 @@ class ApiSettings(KafkaClientSettings):
         "GPUs') x its CPUs / node_cpus. A node without the job's CPUs, or with node_cpus 0, "
         "is exclusive",
     )
-    node_cpus: int = Field(
+    node_cpus: int | dict[str, int] = Field(
         0,
-        ge=0,
-        le=65_536,
-        description="CPUs of every node, for energy_sharing (one count for all nodes: a "
-        "per-node map is not there yet); 0: unknown, every node exclusive",
+        description="CPUs of the nodes, for energy_sharing: one count for every node (`64`), "
+        "or a JSON object of node names or hostlist expressions to counts "
+        '(`{"node-[1-8]": 64, "gpu-[1-4]": 128}`, a domain suffix dropped); 0, or a node '
+        "the object does not name: unknown, that node exclusive",
     )
     compare_max_jobs: int = Field(10, gt=1, description="jobs in one GET /api/jobs/compare")
     note_rules: Path = Field(
@@ -327,6 +358,14 @@ class ApiSettings(KafkaClientSettings):
         if self.reads_need_token and self.read_policy == "open":
             return "authenticated"
         return self.read_policy
+
+    @field_validator("node_cpus")
+    @classmethod
+    def _node_cpus(cls, value: int | dict[str, int]) -> int | dict[str, int]:
+        """A count, or the object expanded to one count per node."""
+        if isinstance(value, int):
+            return _cpu_count("node_cpus", value, zero=True)
+        return node_cpus_map(value)
 
     @field_validator("admin_token", "scheduler_token", "token_secret", mode="before")
     @classmethod

@@ -1,17 +1,21 @@
 """POST /api/metrics: readings pushed by users (pusher or admin token), accepted once
 Kafka has every one of them; POST /api/v1/write: the same from Prometheus' remote_write
 (api/remote_write.py); POST /api/v2/write and /api/write: from Influx line protocol
-(api/line_protocol.py)."""
+(api/line_protocol.py); POST /v1/metrics (and /api/v1/otlp/v1/metrics): OTLP/HTTP metrics
+(api/otlp.py), on a router of its own (OTLP's path has no /api prefix; its refusals are
+google.rpc.Status bodies)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
 from starlette.concurrency import run_in_threadpool
 
-from api import line_protocol, push, remote_write
+from api import line_protocol, otlp, push, remote_write
 from api.infra.auth import Principal, Role, principal
 from api.infra.errors import TooLarge
 from api.schemas import ErrorBody, PushAccepted, RemoteWriteAccepted
@@ -227,3 +231,176 @@ async def post_influx_v1_write(
     precision: Annotated[str, Query(description="n (default), u, ms, s, m or h")] = "n",
 ) -> Response:
     return await _line_write(request, who, precision)
+
+
+class _OtlpRoute(APIRoute):
+    """Refusals answered as OTLP/HTTP says: a google.rpc.Status in the request's encoding
+    (protobuf or JSON; JSON for a request that is neither), not jobscope's ErrorBody."""
+
+    def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
+        handler = super().get_route_handler()
+
+        async def route(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except Exception as exc:
+                media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+                answer = otlp.refusal(exc, otlp.PROTOBUF if media == otlp.PROTOBUF else otlp.JSON)
+                if answer is None:
+                    raise
+                return answer
+
+        return route
+
+
+otlp_router = APIRouter(tags=["metrics"], route_class=_OtlpRoute)
+
+_STATUS = {
+    "type": "object",
+    "description": "google.rpc.Status (OTLP/HTTP's error body), in the request's encoding",
+    "properties": {
+        "code": {"type": "integer", "description": "google.rpc.Code, e.g. 3 INVALID_ARGUMENT"},
+        "message": {"type": "string"},
+        "details": {"type": "array", "items": {"type": "object"}},
+    },
+}
+_BINARY = {"schema": {"type": "string", "format": "binary"}}
+
+
+def _status(description: str) -> dict[str, Any]:
+    return {
+        "description": description,
+        "content": {otlp.JSON: {"schema": _STATUS}, otlp.PROTOBUF: _BINARY},
+    }
+
+
+_OTLP_EXAMPLE = {
+    "resourceMetrics": [
+        {
+            "resource": {"attributes": [{"key": "host.name", "value": {"stringValue": "node-1"}}]},
+            "scopeMetrics": [
+                {
+                    "metrics": [
+                        {
+                            "name": "gpu.power",
+                            "unit": "W",
+                            "gauge": {
+                                "dataPoints": [
+                                    {
+                                        "timeUnixNano": "1700000000000000000",
+                                        "asDouble": 250.5,
+                                        "attributes": [
+                                            {"key": "gpu", "value": {"stringValue": "0"}}
+                                        ],
+                                    }
+                                ]
+                            },
+                        }
+                    ]
+                }
+            ],
+        }
+    ]
+}
+_OTLP_OK = {
+    "type": "object",
+    "description": "ExportMetricsServiceResponse; partialSuccess only when points were skipped",
+    "properties": {
+        "partialSuccess": {
+            "type": "object",
+            "properties": {
+                "rejectedDataPoints": {"type": "string", "pattern": "^[0-9]+$"},
+                "errorMessage": {"type": "string"},
+            },
+        }
+    },
+}
+_OTLP_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "Kafka has every reading; X-Jobscope-Accepted counts them",
+        "content": {
+            otlp.JSON: {
+                "schema": _OTLP_OK,
+                "example": {
+                    "partialSuccess": {
+                        "rejectedDataPoints": "2",
+                        "errorMessage": "data points not stored: 2 of histograms",
+                    }
+                },
+            },
+            otlp.PROTOBUF: _BINARY,
+        },
+    },
+    400: _status(
+        "corrupt protobuf or JSON, a resource with no device, a bad name, label or time: "
+        "nothing written"
+    ),
+    401: {"model": ErrorBody},
+    403: _status("a device the token may not push for"),
+    413: _status("too many data points or bytes (gzip: decompressed)"),
+    415: _status("neither application/x-protobuf nor application/json, or not gzip"),
+    429: _status("the token's rate or new-series limit is reached (Retry-After)"),
+    503: _status("Kafka did not acknowledge every message (the exporter retries)"),
+}
+_OTLP_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            otlp.PROTOBUF: _BINARY,
+            otlp.JSON: {
+                "schema": {
+                    "type": "object",
+                    "properties": {
+                        "resourceMetrics": {"type": "array", "items": {"type": "object"}}
+                    },
+                },
+                "example": _OTLP_EXAMPLE,
+            },
+        },
+    }
+}
+_OTLP_DOC = """An ExportMetricsServiceRequest, protobuf or OTLP's JSON, gzip or not, as an
+    OpenTelemetry SDK or Collector (otlphttp exporter) sends it with `Authorization: Bearer
+    <token>`. Gauges and cumulative sums become readings, named as Prometheus translates OTLP
+    (`gpu.power` in W: `gpu_power_watts`; monotonic sums end in `_total`); the resource's
+    `host.name` (else `service.instance.id`) names the device through JOBSCOPE_PUSH_DEVICES,
+    the data points' attributes are labels (none starting with `_`). Delta sums, histograms,
+    summaries, NaN and infinite values are skipped and counted in `partialSuccess`. Authorised
+    and all or nothing as POST /api/metrics (docs/jobs.md); refusals are google.rpc.Status."""
+
+
+async def _otlp_write(request: Request, who: Principal) -> Response:
+    app = request.app.state
+    settings = app.settings
+    media = otlp.media_type(request.headers)
+    body = await _body(request, settings.push_max_body_bytes)
+    encoding = request.headers.get("content-encoding", "")
+    batch = await run_in_threadpool(
+        otlp.parse, body, media, encoding, settings, who, app.push_devices
+    )
+    count = await _publish(app, who, batch.readings) if batch.readings else 0
+    return otlp.answer(batch, count, media)
+
+
+@otlp_router.post(
+    "/v1/metrics",
+    operation_id="otlp_metrics",
+    responses=_OTLP_RESPONSES,
+    openapi_extra=_OTLP_BODY,
+    summary="OTLP/HTTP metrics (agent token: its nodes; pusher: its jobs'; admin: any)",
+    description=_OTLP_DOC,
+)
+async def post_otlp_metrics(request: Request, who: Pusher) -> Response:
+    return await _otlp_write(request, who)
+
+
+@otlp_router.post(
+    "/api/v1/otlp/v1/metrics",
+    operation_id="otlp_metrics_prometheus_path",
+    responses=_OTLP_RESPONSES,
+    openapi_extra=_OTLP_BODY,
+    summary="OTLP/HTTP metrics at Prometheus' path (as POST /v1/metrics)",
+    description=_OTLP_DOC,
+)
+async def post_otlp_metrics_prometheus_path(request: Request, who: Pusher) -> Response:
+    return await _otlp_write(request, who)
