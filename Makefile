@@ -32,7 +32,7 @@ READ_POLICY ?= $(if $(filter oidc,$(AUTH)),jobs,)
 AUTH_ENV := $(if $(AUTH),JOBSCOPE_AUTH=$(AUTH),) $(if $(READ_POLICY),JOBSCOPE_READ_POLICY=$(READ_POLICY),)
 DEVICES_ENV := $(if $(filter sample,$(DEVICES)),JOBSCOPE_DEVICES_FILE=$(CURDIR)/producers/config/sample JOBSCOPE_SIMULATORS=true,$(if $(DEVICES),JOBSCOPE_DEVICES_FILE=$(abspath $(DEVICES)),))
 
-.PHONY: oidc-provider help up down status connect test test-fast lint format bench system-deps venv reset superset superset-venv helm-tools test-helm
+.PHONY: oidc-provider help up down status connect test test-fast lint format bench system-deps venv reset superset superset-venv helm-tools test-helm otelcol
 
 help:
 	@echo "make up        start Kafka, ClickHouse, producers (demo fleet) and the API"
@@ -75,7 +75,7 @@ status: venv
 
 # The three installs run side by side (each waits mostly on one core or on the network).
 test: system-deps
-	@$(MAKE) --no-print-directory -j 3 -O venv superset-venv helm-tools oidc-provider
+	@$(MAKE) --no-print-directory -j 3 -O venv superset-venv helm-tools oidc-provider otelcol
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
 
 # Keycloak (the tests' OpenID Connect provider, and `make up AUTH=oidc`'s): resolved by Maven,
@@ -96,7 +96,12 @@ helm-tools:
 test-helm: venv helm-tools
 	$(PY) -m pytest tests/helm $(PYTEST_ARGS)
 
-test-fast: venv
+# The OpenTelemetry Collector the OTLP tests send through (tests/otelcol/: ocb's sources, built
+# with Go into the same cache as the chart's tools, by release).
+otelcol:
+	@bash tests/otelcol/install.sh
+
+test-fast: venv otelcol
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
 lint: venv

@@ -4,9 +4,9 @@ A test session owns one block of `BLOCK` ports. Without pytest-xdist the block s
 `FIRST` + JOBSCOPE_TEST_PORT_SHIFT; each xdist worker (`gwN`) owns the N-th block after it,
 so workers never share a port. Blocks lie below Linux's ephemeral range (32768 and up,
 where the kernel picks client ports and `free_port()`'s) and away from the ports of
-`make up` (8000, 8088, 8123, 8180, 9001, 9092-9093, 9464, 11161-11162, 12001-12002), so the suite
-runs beside a stack of `make up` and beside another session shifted by a whole number of
-blocks times the workers. tests/stack/test_ports.py checks the table.
+`make up` (8000, 8088, 8123, 8180, 9001, 9092-9093, 9464, 11090, 11161-11162, 11400,
+12001-12002), so the suite runs beside a stack of `make up` and beside another session
+shifted by a whole number of blocks times the workers. tests/stack/test_ports.py checks the table.
 """
 
 from __future__ import annotations
@@ -49,7 +49,11 @@ TABLE: dict[str, tuple[int, int]] = {
     "job-records": (74, 1),  # tests/api/test_job_records.py: an API refreshing records fast
     "remote-write": (75, 3),  # tests/api/test_remote_write.py: node_exporter, API, Prometheus
     "exporters": (78, 1),  # tests/producers/plugins/test_prometheus_exporters.py
-    "energy-sharing": (79, 2),  # tests/api/test_energy_sharing.py: APIs under two policies
+    # tests/api/test_energy_sharing.py: APIs under two policies, and one with a per-node map
+    "energy-sharing": (79, 3),
+    "monitoring": (82, 1),  # tests/monitoring/test_scraped.py: Prometheus scraping every part
+    # tests/api/test_otel_collector.py: an API, the Collector's OTLP receiver, its own /metrics
+    "otel-collector": (90, 3),
 }
 
 
