@@ -12,10 +12,12 @@ from fastapi.routing import APIRoute
 from api import notes, registry
 from api.audit import Recorder
 from api.infra import auth, errors
+from api.infra.broker import BrokerCollector
 from api.infra.clickhouse import ClickHouseProvider
 from api.infra.config import ApiSettings
 from api.infra.kafka import KafkaPublisher
 from api.infra.limits import BodyGuard, ExportSlots, FailedLogins
+from api.infra.monitoring import ApiMetrics, Instrumented
 from api.infra.oidc import OidcVerifier
 from api.infra.probes import HealthProbes
 from api.infra.push_limits import PushLimits
@@ -26,6 +28,7 @@ from api.push_devices import PushDevices
 from api.records import Refresher
 from api.routes import auth as auth_routes
 from api.routes import dashboard, devices, health, jobs, kwollect, live, metrics, push, tokens
+from api.routes import monitoring as monitoring_routes
 from api.routes import registry as registry_routes
 from api.routes import report as report_routes
 
@@ -43,7 +46,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
             settings.export_wait_s,
             settings.retry_after_s,
         )
-        app.state.kafka = KafkaPublisher(settings)
+        app.state.kafka = KafkaPublisher(settings, app.state.monitoring.publish_failures)
         app.state.audit = Recorder(app.state.kafka, settings.audit_topic)
         app.state.revocations = Revocations(settings.kafka_client(), settings.revocations_topic)
         app.state.revocations.start()
@@ -91,6 +94,14 @@ def create_app(settings: ApiSettings) -> FastAPI:
         for m in r.methods
     ]
     app.add_middleware(BodyGuard, own_cap=pushes)
+    # outermost: counts what BodyGuard refuses too (api/infra/monitoring.py)
+    app.state.monitoring = ApiMetrics(app.state)
+    app.state.monitoring.register(
+        BrokerCollector(
+            settings.kafka_client(), settings.broker_metrics_cache_s, settings.health_timeout_s
+        )
+    )
+    app.add_middleware(Instrumented, metrics=app.state.monitoring)
     app.state.push_limits = PushLimits(settings)
     app.state.push_devices = PushDevices.load(  # a bad map stops the start
         settings.push_devices, settings.push_device_from_instance
@@ -109,4 +120,5 @@ def create_app(settings: ApiSettings) -> FastAPI:
     app.include_router(auth_routes.router)
     app.include_router(report_routes.router)
     app.include_router(health.router)
+    app.include_router(monitoring_routes.router)
     return app

@@ -28,8 +28,10 @@ from api.infra.tokens import InvalidToken, Principal, Role, decode
 __all__ = ["Principal", "Role", "principal", "reads_guard"]
 
 MISSING = "missing bearer token (Authorization: Bearer ...)"
-OPEN_READS = ("/health", "/api/auth/oidc")
-"""Read under every policy: the API's health, and where to get a token (`jobscope login`)."""
+OPEN_READS = ("/health", "/metrics", "/api/auth/oidc")
+"""Read under every policy: the API's health, its Prometheus metrics (counts by route
+template: nothing of anyone's, api/infra/monitoring.py), and where to get a token (`jobscope
+login`)."""
 
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
 _bearer = HTTPBearer(auto_error=False, description="a jobscope token (docs/access.md)")

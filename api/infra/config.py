@@ -297,6 +297,12 @@ class ApiSettings(KafkaClientSettings):
     health_timeout_s: float = Field(
         2.0, gt=0, description="/health answers within this, whatever ClickHouse or Kafka do"
     )
+    broker_metrics_cache_s: float = Field(
+        10.0,
+        ge=0,
+        description="/metrics reads the Kafka cluster's state (partitions, consumer group lag) "
+        "at most this often; scrapes in between get the last figures",
+    )
     # Limits (api/infra/limits.py, api/infra/server.py): no request, client or query holds the API.
     max_devices: int = Field(1000, gt=0, description="devices (and nodes) named in one request")
     max_metrics: int = Field(1000, gt=0, description="metric names or globs in one request")

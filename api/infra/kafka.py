@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 from confluent_kafka import KafkaError, KafkaException, Producer
+from prometheus_client import Counter
 
 from api.infra.config import ApiSettings
 from kafka.topics import BATCH_OVERHEAD_BYTES
@@ -23,8 +24,10 @@ def _acknowledged(delivered: list[KafkaError | None]) -> int:
 
 
 class KafkaPublisher:
-    def __init__(self, settings: ApiSettings) -> None:
+    def __init__(self, settings: ApiSettings, failures: Counter | None = None) -> None:
         self._settings = settings
+        self._failures = failures
+        """Failed writes by topic (api/infra/monitoring.py), when counted."""
         self._producer: Producer | None = None
         self._lock = threading.Lock()
 
@@ -61,6 +64,14 @@ class KafkaPublisher:
         """Send (key, value) messages and wait until the broker has every one; raise
         KafkaUnavailable otherwise, its `acknowledged` counting those that are in (Kafka has
         no transaction here: a batch that fails half-way is half written)."""
+        try:
+            self._send(topic, messages)
+        except KafkaUnavailable:
+            if self._failures is not None:
+                self._failures.labels(topic).inc()
+            raise
+
+    def _send(self, topic: str, messages: list[tuple[str, bytes | None]]) -> None:
         timeout = self._settings.kafka_write_timeout_s
         delivered: list[KafkaError | None] = []
         producer = self._get()

@@ -122,6 +122,18 @@ class ServerSettings(SqlLimitSettings):
     kafka_heartbeat_interval_ms: int = Field(
         250, gt=0, description="how soon a consumer hears of a rebalance"
     )
+    metrics_cache_s: float = Field(
+        15.0,
+        ge=0,
+        description="/metrics reads Kafka lag, refreshes, disk use and free space at most this "
+        "often (a scrape in between gets the last figures: scrapes add no load to queries)",
+    )
+    growth_min_window_s: float = Field(
+        3600.0,
+        gt=0,
+        description="/metrics estimates the data's growth per day, and the days the free disk "
+        "space holds, once it has watched the data directory this long (up to a day)",
+    )
     kafka: KafkaClientSettings = Field(
         default_factory=KafkaClientSettings,
         description="the Kafka tables' credentials, from JOBSCOPE_KAFKA_* (kafka/security.py): "

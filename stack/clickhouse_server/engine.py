@@ -213,6 +213,7 @@ class _ProfilePool:
         self.settings = dict(settings)
         self.slots = threading.BoundedSemaphore(size)
         self.idle: queue.LifoQueue[EngineConnection] = queue.LifoQueue()
+        self.in_use = 0
 
 
 class Engine:
@@ -242,6 +243,16 @@ class Engine:
         }
         self._control = EngineConnection(connection_string)
         self._control_lock = threading.Lock()
+
+    def connections_in_use(self) -> dict[str, int]:
+        """Engine connections serving a request now, by pool: the read-write user's, each
+        read-only profile's, and the sessions' own (held while their temporary tables live)."""
+        with self._lock:
+            return {
+                "read_write": len(self._all) - self._free.qsize(),
+                **{name: pool.in_use for name, pool in self._profiles.items()},
+                "session": len(self._session_connections),
+            }
 
     def profile(self, name: str | None) -> Mapping[str, str]:
         """The settings of a read-only profile (none for the read-write user)."""
@@ -312,6 +323,8 @@ class Engine:
                 f"Too many simultaneous queries of {profile} users: the engine connections "
                 "they share are all busy",
             )
+        with self._lock:
+            pool.in_use += 1
         try:
             if settings or prepare is not None:
                 conn = EngineConnection(self._connection_string)
@@ -333,6 +346,8 @@ class Engine:
             finally:
                 pool.idle.put(conn)
         finally:
+            with self._lock:
+                pool.in_use -= 1
             pool.slots.release()
 
     def close(self, grace_s: float = 10.0) -> None:

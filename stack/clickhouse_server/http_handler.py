@@ -39,6 +39,7 @@ from stack.clickhouse_server.forms import (
     parse_form,
     read_form,
 )
+from stack.clickhouse_server.monitoring import ServerMetrics
 from stack.clickhouse_server.request_body import RequestBody
 from stack.clickhouse_server.sessions import Session, SessionStore, parse_set
 from stack.clickhouse_server.users import User, authenticate, credentials, users_from_settings
@@ -88,6 +89,9 @@ class ClickHouseHTTPServer(ThreadingHTTPServer):
         self.sessions = SessionStore(settings.session_timeout_s, engine.close_session_connection)
         self.running = processes.RunningQueries()
         self.disconnects = processes.DisconnectWatch(self.cancel_query)
+        self.open_connections = 0
+        self._open_lock = threading.Lock()
+        self.metrics = ServerMetrics(settings, engine, lambda: self.open_connections)
         settings.spool_dir.mkdir(parents=True, exist_ok=True)
         super().__init__((settings.host, settings.port), ClickHouseRequestHandler)
 
@@ -102,6 +106,8 @@ class ClickHouseHTTPServer(ThreadingHTTPServer):
             )
             self.shutdown_request(request)
             return
+        with self._open_lock:
+            self.open_connections += 1
         super().process_request(request, client_address)
 
     def process_request_thread(
@@ -110,6 +116,8 @@ class ClickHouseHTTPServer(ThreadingHTTPServer):
         try:
             super().process_request_thread(request, client_address)
         finally:
+            with self._open_lock:
+                self.open_connections -= 1
             self._connections.release()
 
     def cancel_query(self, query_id: str) -> None:
@@ -141,6 +149,7 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
     _body: RequestBody | None = None
     _handling = False  # inside _handle: answers close the connection when its body is unread
     _expect_continue = False
+    _query_failed = False  # counted as failed already (an error after the first rows)
 
     def setup(self) -> None:
         self.timeout = self.server.settings.receive_timeout_s  # each read of a request
@@ -178,6 +187,7 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
         self._handling = True
         self._response_open = False
         send_continue, self._expect_continue = self._expect_continue, False
+        self._query_failed = False
         try:
             if (
                 url.path in ("/ping", "/")
@@ -186,6 +196,10 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
                 and "chunked" not in self.headers.get("Transfer-Encoding", "")
             ):
                 self._send(200, [b"Ok.\n"], {"Content-Type": "text/plain; charset=UTF-8"})
+                return
+            if url.path == "/metrics" and is_get:  # Prometheus' exposition (monitoring.py)
+                body, content_type = self.server.metrics.exposition()
+                self._send(200, [body], {"Content-Type": content_type})
                 return
             if url.path != "/":
                 raise ClickHouseError(NOT_IMPLEMENTED, f"There is no handler for {url.path}")
@@ -204,6 +218,8 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
             ):
                 externals = external_tables(self._read_form(body, params, is_get), params)
                 self._execute(user, session, params, body, query_id, is_get, externals)
+            if not self._query_failed:
+                self.server.metrics.answered()
         except ClickHouseError as exc:
             self._fail(exc, query_id)
         except TimeoutError:
@@ -572,6 +588,8 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
                 # The response still ends with its last chunk, so the connection stays usable:
                 # closing it after a complete response would race the client's next request.
                 log.warning("query %s failed while streaming: %s", query_id, exc.message)
+                self._query_failed = True
+                self.server.metrics.failed(exc.code)
                 body = _tagged_exception(exc.body(), tag)
                 self.wfile.write(b"%x\r\n%b\r\n" % (len(body), body))
         except (BrokenPipeError, ConnectionResetError):
@@ -593,6 +611,7 @@ class ClickHouseRequestHandler(BaseHTTPRequestHandler):
 
     def _fail(self, exc: ClickHouseError, query_id: str) -> None:
         log.warning("query %s failed: code %s: %s", query_id, exc.code, exc.message)
+        self.server.metrics.failed(exc.code)
         if self._response_open:  # an answer is under way: a cut connection tells the client
             self._response_open = False
             self.close_connection = True
