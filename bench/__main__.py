@@ -1,7 +1,8 @@
 """`python -m bench [--quick]`: jobscope and its peers on the same data, in one run.
 
 Prints a Markdown table, writes bench-results.json and bench-plots/*.png at the repository
-root. Every server it starts lives under state/bench/ and is stopped before it exits.
+root, and the run's result file in bench/results/ (bench/results.py). Every server it starts
+lives under state/bench/ and is stopped before it exits.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from bench import report
+from bench import results as result_files
 from bench.dataset import START, load_or_generate
 from bench.machine import LoadSampler
 from bench.profiles import FULL, QUICK
-from bench.runner import run_all
+from bench.runner import INGEST_PART, run_all
 from bench.systems.base import System
 from bench.systems.jobscope import Jobscope
 from bench.systems.postgres import Postgres
@@ -32,8 +34,9 @@ SYSTEMS: dict[str, Callable[[Path], System]] = {
     "victoriametrics": VictoriaMetrics,
     "postgres": Postgres,
 }
-# jobscope's extra measurements (--only)
-ONLY_STEPS = ("rollups", "freshness", "api", "abuse", "floor", "drain")
+# jobscope's extra measurements (--only); `ingest` (bench/runner.py INGEST_PART): every
+# system's load, compaction and storage alone
+ONLY_STEPS = (INGEST_PART, "rollups", "freshness", "api", "abuse", "floor", "drain")
 # Producers' polling benchmarks (bench/polling/<step>.py), after the storage part; with --only
 # naming nothing else, the storage part (data set, systems' load) is skipped.
 POLLING_STEPS = ("snmp", "ipmi", "ondemand", "prometheus", "wattmeter", "live", "remote_write")
@@ -52,7 +55,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--systems",
         default=None,
         help="comma-separated subset of: " + ", ".join(SYSTEMS) + " (default: all; "
-        "jobscope with --only)",
+        "jobscope with --only, unless it names ingest)",
     )
     parser.add_argument(
         "--only",
@@ -73,6 +76,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=REPO_ROOT,
         help="where bench-results.json and bench-plots/ are written",
     )
+    parser.add_argument(
+        "--results-dir",
+        type=Path,
+        default=result_files.RESULTS_DIR,
+        help="where the run's result file <date>-<commit>-<profile>.json is written (the "
+        "files the docs' figures are generated from: python -m bench.publish)",
+    )
     return parser.parse_args(argv)
 
 
@@ -84,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
     only = None
     if args.only is not None:
         only = frozenset(s.strip() for s in args.only.split(",") if s.strip())
@@ -93,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     storage_only = only & set(ONLY_STEPS) if only else None
     polling = [s for s in POLLING_STEPS if only is None or s in only]
-    systems_arg = args.systems or ("jobscope" if only else ",".join(SYSTEMS))
+    jobscope_only = only is not None and INGEST_PART not in only
+    systems_arg = args.systems or ("jobscope" if jobscope_only else ",".join(SYSTEMS))
     chosen = [s.strip() for s in systems_arg.split(",") if s.strip()]
     unknown = set(chosen) - set(SYSTEMS)
     if unknown:
@@ -134,8 +146,10 @@ def main(argv: list[str] | None = None) -> int:
             "errors": polling_errors,
         }
         report.write_json(out / "bench-results.json", results)
+        kept = result_files.write(results, argv, vars(args), args.results_dir)
         print(report.polling_markdown(results))
         print(f"\nWrote {out / 'bench-results.json'}.")
+        print(f"Result file: {kept}")
         return 1 if results["errors"] else 0
     results = report.flatten(
         systems,
@@ -160,11 +174,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     results["errors"].update(polling_errors)
     report.write_json(out / "bench-results.json", results)
+    kept = result_files.write(results, argv, vars(args), args.results_dir)
     pngs = report.plots(systems, out / "bench-plots", data.spec.duration_s / 60)
     print(report.markdown(systems, results))
     if polling:
         print("\n" + report.polling_markdown(results))
     print(f"\nWrote {out / 'bench-results.json'} and {len(pngs)} plots in {out / 'bench-plots'}.")
+    print(f"Result file: {kept}")
     return 1 if results["errors"] else 0
 
 

@@ -1,8 +1,10 @@
-"""What else the machine was doing during the run: load average and CPU use, sampled."""
+"""The machine a run measured: what it is (CPU, memory, system), and what else it was doing
+during the run (load average and CPU use, sampled)."""
 
 from __future__ import annotations
 
 import os
+import platform
 import threading
 import time
 from dataclasses import dataclass, field
@@ -28,6 +30,44 @@ def memory_total_bytes() -> int:
             if line.startswith("MemTotal:"):
                 return int(line.split()[1]) * 1024
     return 0
+
+
+def _first_line(path: str, prefix: str = "") -> str | None:
+    """The first line of a file starting with `prefix` (its text after the prefix), or None."""
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith(prefix):
+                    return line[len(prefix) :].strip()
+    except OSError:
+        return None
+    return None
+
+
+def cpu_quota_cores() -> float | None:
+    """The cgroup's CPU limit in cores (cgroup v2 `cpu.max`), or None when there is none."""
+    quota = _first_line("/sys/fs/cgroup/cpu.max")
+    if quota is None or quota.startswith("max"):
+        return None
+    limit, period = quota.split()
+    return int(limit) / int(period)
+
+
+def describe() -> dict[str, Any]:
+    """What the machine is, for a result file a reader can weigh: a figure measured on 2
+    cores of a shared host is not one measured on 64 idle ones."""
+    model = _first_line("/proc/cpuinfo", "model name")
+    os_name = _first_line("/etc/os-release", "PRETTY_NAME=")
+    return {
+        "cpu_model": model.lstrip(": ") if model else platform.processor() or None,
+        "cpu_count": os.cpu_count(),
+        "cpus_usable": len(os.sched_getaffinity(0)),
+        "cpu_quota_cores": cpu_quota_cores(),
+        "memory_total_bytes": memory_total_bytes(),
+        "kernel": platform.release(),
+        "os": os_name.strip('"') if os_name else None,
+        "python": platform.python_version(),
+    }
 
 
 @dataclass
@@ -63,8 +103,7 @@ class LoadSampler:
 
     def summary(self) -> dict[str, Any]:
         return {
-            "cpu_count": os.cpu_count(),
-            "memory_total_bytes": memory_total_bytes(),
+            **describe(),
             "loadavg_before": self.before,
             "loadavg_after": self.after,
             "load1_max_during": max(self.samples, default=self.before[0]),

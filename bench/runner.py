@@ -15,6 +15,8 @@ from bench.profiles import KEY_SELECTION, Profile, selections
 from bench.systems.base import Selection, System
 
 log = logging.getLogger("bench")
+# `--only ingest`: every system's load, compaction and storage, nothing after.
+INGEST_PART = "ingest"
 
 
 def time_query(
@@ -35,6 +37,60 @@ def time_query(
     return {"seconds": statistics.median(runs), "runs": runs, "values": expected}
 
 
+def ingest_phases(system: System, data: Dataset) -> dict[str, Any]:
+    """Phase 1, the same for every system: `load` (timed until every reading is queryable)
+    then `settle` (what the deployed system does for them after that, at once), in one
+    window of the servers' CPU; then the untimed full count."""
+    readings = data.spec.readings
+    cpu_before = system.servers_cpu_s()
+    ingest = system.load(data)
+    load_cpu_s = system.servers_cpu_s() - cpu_before
+    settled = system.settle(data)
+    cpu_s = system.servers_cpu_s() - cpu_before
+    if (stored := system.stored(data)) != readings:
+        raise RuntimeError(f"{system.label} holds {stored:,} readings, {readings:,} sent")
+    log.info(
+        "%s: ingest %s readings/s, %.2f µs CPU per reading (%.2f until queryable)",
+        system.label,
+        f"{ingest.readings_per_s:,.0f}",
+        cpu_s / readings * 1e6,
+        load_cpu_s / readings * 1e6,
+    )
+    return {
+        "ingest_readings_per_s": ingest.readings_per_s,
+        "ingest_seconds": ingest.seconds,
+        "ingest_cpu_us_per_reading": cpu_s / readings * 1e6,
+        "ingest_cpu_us_per_reading_until_queryable": load_cpu_s / readings * 1e6,
+        "ingest_detail": ingest.extra,
+        **settled,
+    }
+
+
+def compaction_phase(system: System, data: Dataset) -> dict[str, Any]:
+    """Phase 2, timed apart: the system's compaction, its wall time and servers' CPU."""
+    cpu_before, began = system.servers_cpu_s(), time.monotonic()
+    system.compact()
+    seconds, cpu_s = time.monotonic() - began, system.servers_cpu_s() - cpu_before
+    log.info("%s: compaction %.2f s, %.2f CPU-s", system.label, seconds, cpu_s)
+    return {
+        "compaction_seconds": seconds,
+        "compaction_cpu_s": cpu_s,
+        "compaction_cpu_us_per_reading": cpu_s / data.spec.readings * 1e6,
+    }
+
+
+def storage_phase(system: System, data: Dataset) -> dict[str, Any]:
+    """Bytes per reading of everything the system stores (every table), and per table."""
+    readings = data.spec.readings
+    out: dict[str, Any] = {"bytes_per_reading": system.storage_bytes() / readings}
+    if by_table := system.storage_by_table():
+        out["storage_bytes_by_table"] = by_table
+        if "metrics" in by_table:
+            out["bytes_per_reading_metrics"] = by_table["metrics"] / readings
+    log.info("%s: %.2f bytes per reading", system.label, out["bytes_per_reading"])
+    return out
+
+
 def run_system(
     system: System,
     data: Dataset,
@@ -45,7 +101,7 @@ def run_system(
 ) -> dict[str, Any]:
     """Everything measured on one system, in one try/finally that stops its servers. With
     `only`: start, load, then just those of the system's extra measurements (no storage,
-    query shapes or integer variant)."""
+    query shapes or integer variant); with `ingest` among them, compaction and storage too."""
     result: dict[str, Any] = {"label": system.label}
     step = "start"
     try:
@@ -54,19 +110,16 @@ def run_system(
         step = "load"
         log.info("%s: loading %s readings", system.label, f"{data.spec.readings:,}")
         system.warm(data)
-        cpu_before = system.servers_cpu_s()
-        ingest = system.load(data)
-        cpu_s = system.servers_cpu_s() - cpu_before
-        result["ingest_cpu_us_per_reading"] = cpu_s / data.spec.readings * 1e6
-        result["ingest_readings_per_s"] = ingest.readings_per_s
-        result["ingest_seconds"] = ingest.seconds
-        result["ingest_detail"] = ingest.extra
+        result.update(ingest_phases(system, data))
+        if only is None or INGEST_PART in only:
+            step = "compaction"
+            result.update(compaction_phase(system, data))
+            step = "storage"
+            result.update(storage_phase(system, data))
         if only is not None:
             step = "extra measurements"
             result.update(system.extra_measurements(data, quick, only))
             return result
-        step = "storage"
-        result["bytes_per_reading"] = system.storage_bytes() / data.spec.readings
         step = "queries"
         by_devices, by_window = selections(data.spec)
         queries: dict[str, Any] = {}
@@ -86,8 +139,6 @@ def run_system(
             )
         result["queries"] = queries
         result["query_100dev_10min_s"] = queries[KEY_SELECTION]["seconds"]
-        # Before the extra measurements: jobscope's rollups step waits for the ingest's minute
-        # to pass, and this fills part of that wait.
         step = "storage of the integer variant"
         log.info("%s: storage of the integer variant", system.label)
         result["bytes_per_reading_int"] = system.storage_bytes_of(data_int) / data_int.spec.readings

@@ -9,6 +9,8 @@
 #   python3-venv/-gdbm   the separate venv of snmpsim (stack/simulators/snmpsim.py)
 #   chromium, chromium-driver  headless browser of the Superset dashboard test (tests/superset/)
 #   postgresql-15        OAR's database for the change data capture demo and tests (connectors/)
+#   victoria-metrics     the bench's peer, whose load and compaction phases the suite checks
+#                        (tests/bench/test_victoriametrics_phases.py)
 #   acl                  setfacl: run as root, the ClickHouse server's own account is let through
 #                        the folders above a private checkout (stack/services.py)
 set -eu
@@ -28,6 +30,7 @@ have ipmitool || need="$need ipmitool"
 have chromium || need="$need chromium"
 have chromedriver || need="$need chromium-driver"
 [ -x /usr/lib/postgresql/15/bin/postgres ] || need="$need postgresql-15"
+have victoria-metrics || need="$need victoria-metrics"
 have setfacl || need="$need acl"
 
 [ -z "$need" ] && exit 0

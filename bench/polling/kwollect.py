@@ -1,33 +1,33 @@
 """Kwollect 1.3.1 as a peer of the polling benchmarks: its collectors' venv (`kwollector` for
-SNMP, `kwollector-wattmetre` for wattmeters) and the tables they write in PostgreSQL."""
+SNMP, `kwollector-wattmetre` for wattmeters) and the tables they write in PostgreSQL
+(Kwollect's schema, bench/kwollect_schema.py)."""
 
 from __future__ import annotations
 
 import logging
 import sys
+import time
 from pathlib import Path
 
+import psycopg
+
+from bench import kwollect_schema
+from bench.kwollect_schema import US
 from stack.venvs import pinned_venv
 
 log = logging.getLogger("bench.kwollect")
 
 KWOLLECT_REQUIREMENTS = Path(__file__).resolve().parent / "kwollect-requirements.txt"
 
-KWOLLECT_TABLES = """
-CREATE TABLE metrics (
-  timestamp   TIMESTAMPTZ       DEFAULT NOW(),
-  device_id   TEXT              NOT NULL,
-  metric_id   TEXT              NOT NULL,
-  value       DOUBLE PRECISION  DEFAULT 'NaN',
-  labels      JSONB             DEFAULT '{}'::JSONB
-);
-CREATE INDEX metrics_device_idx ON metrics(device_id, timestamp DESC);
-CREATE TABLE promoted_metrics (
-  device_id   TEXT              NOT NULL,
-  metric_id   TEXT              DEFAULT NULL
-);
-"""
-"""The two tables Kwollect's collectors use (`promoted_metrics`: on-demand metrics)."""
+LIVE_SPAN_S = 24 * 3600
+"""The tables' partitions hold readings from this long before now to this long after."""
+
+
+def create_tables(conn: psycopg.Connection) -> None:
+    """Kwollect's tables (bench/kwollect_schema.py), partitioned around now, for collectors
+    that write readings of now."""
+    now_us = int(time.time()) * US
+    kwollect_schema.create(conn, "metrics", now_us - LIVE_SPAN_S * US, now_us + LIVE_SPAN_S * US)
 
 
 def kwollect_venv(state_dir: Path) -> Path:

@@ -15,9 +15,9 @@ The collectors run one after the other, alone on the machine with the agents:
 2. snmp_exporter (Prometheus, Debian package): one module with the 20 OIDs, scraped for every
    device every PERIOD_MS by a minimal HTTP client in this process; OIDs = samples returned
    (the `snmp_scrape_*` ones excluded) by scrapes started in the window.
-3. kwollector (Kwollect 1.3.1 from PyPI, own venv): writing to PostgreSQL 15 with the two
-   tables it uses; OIDs = rows of `metrics` with a timestamp in the window. It always polls
-   port 161 (it ignores the URL's port), hence the fleet on port 161.
+3. kwollector (Kwollect 1.3.1 from PyPI, own venv): writing to PostgreSQL 15 with Kwollect's
+   schema (bench/kwollect_schema.py); OIDs = rows of `metrics` with a timestamp in the
+   window. It always polls port 161 (it ignores the URL's port), hence the fleet on port 161.
 
 The figure is the OIDs collected in the window divided by the CPU seconds (utime + stime, in
 /proc, threads and child processes included) the collector process used in it: only the
@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.polling.cpu import Window
-from bench.polling.kwollect import KWOLLECT_TABLES, kwollect_venv
+from bench.polling.kwollect import create_tables, kwollect_venv
 from bench.polling.producer import start_producer, tail
 from bench.polling.topic import ReadingsCounter
 from bench.systems.base import dpkg_version
@@ -393,7 +393,7 @@ def _kwollector(
     try:
         pg.start()
         with pg._connect() as conn:
-            conn.execute(KWOLLECT_TABLES)
+            create_tables(conn)
         metrics_dir = workdir / "metrics.d"
         shutil.rmtree(metrics_dir, ignore_errors=True)
         metrics_dir.mkdir(parents=True)

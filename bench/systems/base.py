@@ -46,8 +46,10 @@ class Ingest:
 
 
 class System(ABC):
-    """One system under test. `start` then `load` once; `storage_bytes`, `fetch` any number
-    of times; `stop` always (it must be safe after a failed or partial `start`)."""
+    """One system under test. `start`, then the same phases for every system, in this order
+    (bench/runner.py `ingest_phases`): `load` then `settle` (one CPU window, `load` timed),
+    `stored` (untimed check), `compact` (timed apart), `storage_bytes`; then `fetch` any
+    number of times; `stop` always (it must be safe after a failed or partial `start`)."""
 
     name: str  # key prefix in bench-results.json
     label: str  # shown in tables and plots
@@ -63,11 +65,34 @@ class System(ABC):
     def start(self) -> None: ...
 
     @abstractmethod
-    def load(self, data: Dataset) -> Ingest: ...
+    def load(self, data: Dataset) -> Ingest:
+        """Phase 1, timed: from the first byte sent until every reading is queryable, told
+        by one cheap check of the system's own (what its engine already counts, never a
+        scan of the data). The servers' CPU over it is the ingest's."""
+
+    def settle(self, data: Dataset) -> dict[str, Any]:
+        """What the deployed system does for the loaded readings once they are queryable
+        (jobscope: its rollups), run at once: inside the ingest's CPU window, outside its
+        time. Returns its own figures."""
+        return {}
+
+    @abstractmethod
+    def stored(self, data: Dataset) -> int:
+        """Readings stored, counted in full (untimed, after the ingest's CPU window): the
+        check that the cheap check of `load` told the truth."""
+
+    @abstractmethod
+    def compact(self) -> None:
+        """Phase 2, timed apart: the system's compaction (merge, OPTIMIZE, VACUUM) of
+        everything stored, as its background work would eventually do it."""
 
     @abstractmethod
     def storage_bytes(self) -> int:
-        """Bytes on disk of everything stored so far, after compaction."""
+        """Bytes on disk of everything stored so far (every table), after `compact`."""
+
+    def storage_by_table(self) -> dict[str, int]:
+        """The same, per table, where the system has several; empty otherwise."""
+        return {}
 
     @abstractmethod
     def fetch(self, data: Dataset, selection: Selection) -> Any:
@@ -78,7 +103,8 @@ class System(ABC):
         """The number of values in a `fetch` result (untimed, to check it is complete)."""
 
     def storage_bytes_of(self, data: Dataset) -> int:
-        """Load `data` into a separate, fresh store of the same kind and return its size."""
+        """Load `data` into a separate, fresh store of the same kind, settle and compact it
+        as the main one, and return its size (every table)."""
         raise NotImplementedError
 
     def warm(self, data: Dataset) -> None:  # noqa: B027 (most systems have nothing to warm)

@@ -45,9 +45,8 @@ from bench import payloads
 from bench.dataset import US, Dataset, utc
 from bench.polling.cpu import cpu_seconds
 from bench.polling.producer import start_producer
-from bench.systems import jobscope_abuse, jobscope_api
+from bench.systems import jobscope_abuse, jobscope_api, jobscope_rollups
 from bench.systems.base import Ingest, Selection, System, run_parallel
-from clickhouse import rollups
 from clickhouse.migrate import MigrationSettings, apply_migrations
 from clickhouse.schema import file_statements
 from kafka import topics
@@ -110,7 +109,6 @@ class Jobscope(System):
         self.admin: Client | None = None
         self.reader: Client | None = None
         self.topic_serial = 0
-        self.loaded_at = 0.0  # when the timed ingest ended (time.time())
 
     def version(self) -> str:
         from importlib.metadata import version
@@ -153,10 +151,9 @@ class Jobscope(System):
         """The broker is a JVM: before the clock starts, WARMUP_READINGS of the data go to a
         topic of their own (nothing consumes it), so that the broker's code is compiled as in
         a running deployment (measured: cold, it spent 1.6-1.8 CPU-s on this load instead of
-        0.9-1.1). The peers (Go, C) have nothing to warm."""
+        0.9-1.1). The peers (Go, C) have nothing to warm. The rollups' refreshes stay on,
+        as deployed, through the ingest and every step after it."""
         self._fill("bench-warmup", self._warmup(data), 100, payloads.PRODUCTION_FORMAT, arrays=True)
-        assert self.admin is not None
-        rollups.switch(self.admin.command, "STOP")  # their cost is measured apart: `_rollups`
 
     def _warmup(self, data: Dataset) -> Dataset:
         per_s = data.spec.devices * data.spec.metrics / data.spec.period_s
@@ -185,7 +182,6 @@ class Jobscope(System):
             interval=0.05,
         )
         seconds = time.monotonic() - start
-        self.loaded_at = time.time()
         cpu = {k: v - cpu_before[k] for k, v in self._cpu_by_process().items()}
         if (stored := self._count()) != data.spec.readings:
             raise RuntimeError(f"metrics holds {stored} rows, {data.spec.readings} sent")
@@ -203,6 +199,38 @@ class Jobscope(System):
                 },
             },
         )
+
+    def settle(self, data: Dataset) -> dict[str, Any]:
+        """The rollups of the loaded readings, at once (bench/systems/jobscope_rollups.py:
+        the refreshes' own queries, instead of 10-70 s later on their schedule): their
+        servers' CPU is in the ingest's; `rollup_cpu_us_per_reading` is their share."""
+        assert self.admin is not None
+        cpu_before, began = self.servers_cpu_s(), time.monotonic()
+        jobscope_rollups.wait_noted(self.admin.command, _buckets(data))
+        jobscope_rollups.roll_up_now(self.admin.command)
+        seconds, cpu_s = time.monotonic() - began, self.servers_cpu_s() - cpu_before
+        log.info(
+            "jobscope: rollups of the ingest in %.2f s, %.3f µs CPU per reading",
+            seconds,
+            cpu_s / data.spec.readings * 1e6,
+        )
+        return {
+            "rollup_cpu_us_per_reading": cpu_s / data.spec.readings * 1e6,
+            "rollup_seconds": seconds,
+            "rollup_readings": data.spec.readings,
+        }
+
+    def stored(self, data: Dataset) -> int:
+        """Rows of `metrics`; each rollup must count every loaded reading once (FINAL)."""
+        assert self.admin is not None
+        counts = self.admin.query(
+            "SELECT (SELECT sum(count) FROM metrics_1m FINAL WHERE bucket < {end:DateTime64(6)}), "
+            "(SELECT sum(count) FROM metrics_1h FINAL WHERE bucket < {end:DateTime64(6)})",
+            parameters={"end": _clickhouse_time(data.spec.end_us)},
+        ).first_row
+        if list(counts) != [data.spec.readings] * 2:
+            raise RuntimeError(f"the rollups count {counts} readings, {data.spec.readings} sent")
+        return self._count()
 
     def _cpu_by_process(self) -> dict[str, float]:
         """CPU seconds used so far by the broker and the ClickHouse server."""
@@ -412,27 +440,38 @@ class Jobscope(System):
 
     # -- storage ---------------------------------------------------------------------------
 
-    def _bytes(self, database: str) -> int:
+    def _rows(self, sql: str, parameters: dict[str, Any]) -> list[list[Any]]:
         assert self.admin is not None
-        self.admin.command(f"OPTIMIZE TABLE {database}.metrics FINAL")
-        return int(
-            self.admin.command(
-                "SELECT sum(bytes_on_disk) FROM system.parts WHERE active "
-                "AND database = {db:String} AND table = 'metrics'",
-                parameters={"db": database},
-            )
-        )
+        return self.admin.query(sql, parameters=parameters).result_rows
+
+    def compact(self) -> None:
+        """OPTIMIZE ... FINAL every table that holds parts (rollups included)."""
+        assert self.admin is not None
+        jobscope_rollups.compact(self._rows, self.admin.command, "default")
+
+    def storage_by_table(self) -> dict[str, int]:
+        """Bytes of the active parts of every table of the database (system.parts)."""
+        return jobscope_rollups.bytes_by_table(self._rows, "default")
 
     def storage_bytes(self) -> int:
-        return self._bytes("default")
+        return sum(self.storage_by_table().values())
 
     def storage_bytes_of(self, data: Dataset) -> int:
+        """Drained into a database of its own, rolled up and compacted as the main one."""
+        assert self.admin is not None
         with self._drain_db(data) as (database, figures):
             if figures["readings"] != data.spec.readings:
                 raise RuntimeError(
                     f"{figures['readings']} of {data.spec.readings} readings produced"
                 )
-            return self._bytes(database)
+            client = self._client("jobscope", database)
+            try:
+                jobscope_rollups.wait_noted(client.command, _buckets(data))
+                jobscope_rollups.roll_up_now(client.command)
+            finally:
+                client.close()
+            jobscope_rollups.compact(self._rows, self.admin.command, database)
+            return sum(jobscope_rollups.bytes_by_table(self._rows, database).values())
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -468,23 +507,18 @@ class Jobscope(System):
         (a step may also report failed parts of its own). `only`: these steps alone."""
         out: dict[str, Any] = {}
         failed: dict[str, str] = {}
-        # The rollups' refreshes stay paused from the timed ingest until step `rollups`, which
-        # needs the ingest's minute past: the steps before it fill that time. The API's last,
-        # its step queries reading the rollups as a running stack has them. Each drain drops
-        # its database (and so its consumers) once its figures are taken.
+        # The rollups' refreshes run throughout, as deployed (the loaded readings were rolled
+        # up by `settle`). The API's last. Each drain drops its database (and so its
+        # consumers) once its figures are taken.
         steps: list[tuple[str, Callable[[], dict[str, Any]]]] = [
             ("freshness", lambda: self._freshness(data, quick)),
             ("abuse", lambda: self._abuse(quick)),
             ("floor", self._floor),
             ("drain", lambda: self._drain_figures(data, quick)),
-            ("rollups", lambda: self._rollups(data)),
             ("api", lambda: self._api(data, quick)),
         ]
         for name, step in steps:
             if only is not None and name not in only:
-                if name == "rollups":
-                    assert self.admin is not None
-                    rollups.switch(self.admin.command, "START")
                 continue
             log.info("jobscope: %s", name)
             try:
@@ -497,41 +531,6 @@ class Jobscope(System):
         if failed:
             out["failed_measurements"] = failed
         return out
-
-    def _rollups(self, data: Dataset) -> dict[str, Any]:
-        """The rollups' share of the ingest (paused since it was timed): once the minute of
-        its last insert is past (a refresh takes the inserts of whole minutes), the servers'
-        CPU while the 1-minute then the 1-hour refresh compute what was noted (the loaded
-        readings, and those the freshness and abuse steps' fleets sent before that minute),
-        per reading rolled up (`rollup_cpu_us_per_reading`), and the refreshes' wall time.
-        Every loaded reading must then be counted once by each rollup."""
-        assert self.admin is not None
-        admin = self.admin
-        time.sleep(max(0.0, self.loaded_at // 60 * 60 + 70 - time.time()))
-        rolled = "SELECT sum(count) FROM metrics_1m FINAL"
-        before = int(admin.command(rolled))  # type: ignore[arg-type]
-        cpu_before, began = self.servers_cpu_s(), time.monotonic()
-        rollups.refresh_now(admin.command)
-        seconds, cpu_s = time.monotonic() - began, self.servers_cpu_s() - cpu_before
-        readings = int(admin.command(rolled)) - before  # type: ignore[arg-type]
-        counts = admin.query(
-            "SELECT (SELECT sum(count) FROM metrics_1m FINAL WHERE bucket < {end:DateTime64(6)}), "
-            "(SELECT sum(count) FROM metrics_1h FINAL WHERE bucket < {end:DateTime64(6)})",
-            parameters={"end": _clickhouse_time(data.spec.end_us)},
-        ).first_row
-        if list(counts) != [data.spec.readings] * 2:
-            raise RuntimeError(f"the rollups count {counts} readings, {data.spec.readings} sent")
-        log.info(
-            "jobscope: rollups of %s readings refreshed in %.2f s, %.3f µs CPU per reading",
-            f"{readings:,}",
-            seconds,
-            cpu_s / readings * 1e6,
-        )
-        return {
-            "rollup_cpu_us_per_reading": cpu_s / readings * 1e6,
-            "rollup_seconds": seconds,
-            "rollup_readings": readings,
-        }
 
     def _drain_figures(self, data: Dataset, quick: bool) -> dict[str, Any]:
         """The drain of the whole data set (production schema and format), then (full runs:
@@ -796,6 +795,12 @@ def _check_format(part: payloads.KafkaMessages, data: Dataset) -> None:
             got = header(m) + f.read(int(starts[(poll + 1) * m] - starts[poll * m]))
             if got != _pack_poll(data, tick, dev, int(data.poll_us[tick, dev]), {}):
                 raise RuntimeError(f"bench message {poll} of {part.body} differs from `pack`")
+
+
+def _buckets(data: Dataset) -> int:
+    """How many (device, minute) buckets the readings of `data` fall in."""
+    minutes = data.poll_us // (60 * US)
+    return sum(len(np.unique(minutes[:, d])) for d in range(data.spec.devices))
 
 
 def _clickhouse_time(epoch_us: int) -> str:

@@ -5,27 +5,35 @@ Load: a producer polling `FLEET` tester:// nodes x 20 metrics every second (inge
 on throughout), plus a backfill of `BACKFILL_DEVICES` devices x 20 metrics x some minutes put
 on the readings topic first, so that `metrics` has something to group. The small query is a
 job of 10 of those devices x 1 minute (12,000 readings): `GET /api/jobs/{id}/metrics`
-(JSON), its rows counted on every answer (a wrong count or a status other than 200 is an
-error, timed like the others).
+(JSON), its rows counted on every answer. An answer succeeds when it is a 200 with the right
+count; any other (a refusal: 429, 503, 504; a wrong count; a client timeout; a connection
+reset) is a failure, timed like the others but kept out of the percentiles of successes.
 
 Phases, one after the other:
-- `no_abuse`: one client sends the small query back to back -> `api_p99_no_abuse_s`; a probe
-  reading every 100 ms, a checker (the admin user, every 50 ms, as the freshness step)
-  -> `freshness_p99_no_abuse_s`.
+- `no_abuse`: one client sends the small query back to back -> `api_p99_no_abuse_s` (of the
+  successful answers), `api_success_ratio_no_abuse`; a probe reading every 100 ms, a checker
+  (the admin user, every 50 ms, as the freshness step) -> `freshness_p99_no_abuse_s`.
 - `throughput`: 64 concurrent clients (asyncio) send it back to back ->
-  `api_small_queries_per_s` (answers with the right count per second) and
-  `api_small_queries_p99_s`.
+  `api_small_queries_per_s` (successful answers per second), `api_small_queries_p99_s` (of
+  the successful answers) and `api_small_queries_success_ratio`.
 - `sql_abuse`: 16 threads, each its own connection as the read-only `reader` user, send
   heavy queries (a count over 10^11 numbers; a GROUP BY over `metrics` repeated 100 times by
   an ARRAY JOIN) and send again as soon as one ends, however it ends; once they are running,
   the `no_abuse` measurement again -> `api_p99_under_sql_abuse_s`,
-  `freshness_p99_under_sql_abuse_s`. What the abusers got (answers, error codes, HTTP
+  `api_success_ratio_under_sql_abuse`, `freshness_p99_under_sql_abuse_s`,
+  `freshness_seen_ratio_under_sql_abuse`. What the abusers got (answers, error codes, HTTP
   statuses, client timeouts) is counted. At the end their queries are killed (`KILL QUERY`
   by their query ids, as the admin user).
 
 Freshness = when the checker first sees a probe reading minus when it was produced; the
 checker's own query goes through the same server as the abuse, so a checker kept waiting
 shows as staleness too (`checker_query_p99_s` beside each phase's freshness).
+
+Verdicts (`verdicts`): a goal is met when the p99 of the successes is within its bound AND at
+least SUCCESS_GOAL of the attempts succeeded (for freshness, an attempt that fails is a probe
+never seen though produced more than the bound before the phase ended). A p99 goal allows 1%
+of answers beyond the bound, and a refused answer is beyond any bound: judged on the p99 of
+every answer, quick refusals would pull the p99 down and meet the goal by refusing.
 """
 
 from __future__ import annotations
@@ -73,6 +81,9 @@ PROBE_DEVICE = "abuse-probe"
 PROBE_INTERVAL_S = 0.1
 CHECK_INTERVAL_S = 0.05
 GOALS = {"api_p99_under_sql_abuse_s": 1.0, "freshness_p99_under_sql_abuse_s": 2.0}
+SUCCESS_GOAL = 0.99
+"""The least share of attempts that must succeed for a goal on a p99 to be met."""
+OK = "ok"
 HEAVY_QUERIES = (
     "SELECT count() FROM numbers(100000000000)",
     "SELECT device_id, metric_id, count(), avg(value * n), max(value + n) FROM metrics "
@@ -121,11 +132,15 @@ def measure_on(
     under, none = phases["sql_abuse"], phases["no_abuse"]
     out = {
         "api_p99_no_abuse_s": none["api"]["p99_s"],
+        "api_success_ratio_no_abuse": none["api"]["success_ratio"],
         "api_p99_under_sql_abuse_s": under["api"]["p99_s"],
+        "api_success_ratio_under_sql_abuse": under["api"]["success_ratio"],
         "freshness_p99_no_abuse_s": none["freshness"]["p99_s"],
         "freshness_p99_under_sql_abuse_s": under["freshness"]["p99_s"],
+        "freshness_seen_ratio_under_sql_abuse": under["freshness"]["seen_ratio"],
         "api_small_queries_per_s": phases["throughput"]["per_s"],
         "api_small_queries_p99_s": phases["throughput"]["p99_s"],
+        "api_small_queries_success_ratio": phases["throughput"]["success_ratio"],
         "abuse": {
             **phases,
             "small_query": {"devices": JOB_DEVICES, "seconds": JOB_SECONDS, "readings": expected},
@@ -134,28 +149,55 @@ def measure_on(
             "clients": CLIENTS,
             "heavy_queries": HEAVY_QUERIES,
             "goals": GOALS,
+            "success_goal": SUCCESS_GOAL,
         },
     }
+    out.update(verdicts(out))
     log.info(
-        "abuse: small query p99 %s s alone, %s s under abuse; freshness p99 %s / %s s; "
-        "%.1f queries/s with %d clients (p99 %s s); abusers got %s",
+        "abuse: small query p99 (successes) %s s alone, %s s under abuse (success ratio %s / "
+        "%s); freshness p99 %s / %s s (seen ratio under abuse %s); %.1f queries/s with %d "
+        "clients (p99 %s s, success ratio %s); abusers got %s",
         *(
             "n/a" if out[k] is None else f"{out[k]:.3f}"
             for k in (
                 "api_p99_no_abuse_s",
                 "api_p99_under_sql_abuse_s",
+                "api_success_ratio_no_abuse",
+                "api_success_ratio_under_sql_abuse",
                 "freshness_p99_no_abuse_s",
                 "freshness_p99_under_sql_abuse_s",
+                "freshness_seen_ratio_under_sql_abuse",
             )
         ),
         out["api_small_queries_per_s"],
         CLIENTS,
-        "n/a"
-        if out["api_small_queries_p99_s"] is None
-        else f"{out['api_small_queries_p99_s']:.3f}",
+        *(
+            "n/a" if out[k] is None else f"{out[k]:.3f}"
+            for k in ("api_small_queries_p99_s", "api_small_queries_success_ratio")
+        ),
         phases["abusers"]["outcomes"],
     )
     return out
+
+
+def verdicts(out: dict[str, Any]) -> dict[str, bool]:
+    """Whether each goal under abuse is met: the p99 of the successes within its bound and at
+    least SUCCESS_GOAL of the attempts successful (no figure: not met)."""
+
+    def met(p99_key: str, ratio_key: str) -> bool:
+        p99, ratio = out.get(p99_key), out.get(ratio_key)
+        if p99 is None or ratio is None:
+            return False
+        return p99 <= GOALS[p99_key] and ratio >= SUCCESS_GOAL
+
+    return {
+        "api_under_sql_abuse_goal_met": met(
+            "api_p99_under_sql_abuse_s", "api_success_ratio_under_sql_abuse"
+        ),
+        "freshness_under_sql_abuse_goal_met": met(
+            "freshness_p99_under_sql_abuse_s", "freshness_seen_ratio_under_sql_abuse"
+        ),
+    }
 
 
 def _backfill_and_job(settings: StackSettings, prefix: str, quick: bool) -> tuple[str, int]:
@@ -240,11 +282,52 @@ def _percentiles(seconds: list[float]) -> dict[str, float | None]:
     }
 
 
+def answers_summary(answers: list[tuple[str, float]]) -> dict[str, Any]:
+    """A phase's answers, (outcome, seconds) each: how many of each outcome, the share that
+    succeeded (`OK`) and the percentiles of the successes; every answer's percentiles apart
+    (`all_answers`), where quick refusals pull the p99 down."""
+    ok = [seconds for outcome, seconds in answers if outcome == OK]
+    return {
+        "queries": len(answers),
+        "outcomes": dict(Counter(outcome for outcome, _ in answers)),
+        "success_ratio": round(len(ok) / len(answers), 4) if answers else None,
+        **_percentiles(ok),
+        "all_answers": _percentiles([seconds for _, seconds in answers]),
+    }
+
+
 def _outcome(response: httpx.Response, body: bytes, expected: int) -> str:
     if response.status_code != 200:
         return f"HTTP {response.status_code}"
     got = rows("json", [body])
-    return "ok" if got == expected else f"{got} readings instead of {expected}"
+    return OK if got == expected else f"{got} readings instead of {expected}"
+
+
+def _failed(exc: httpx.TransportError) -> str:
+    """The outcome of a request that got no answer (a timeout, a connection refused or
+    reset): a failure like a refusal."""
+    if isinstance(exc, httpx.TimeoutException):
+        return "client timeout"
+    return f"no answer: {type(exc).__name__}"
+
+
+def back_to_back(
+    api_url: str, path: str, expected: int, window_s: float, timeout: float
+) -> list[tuple[str, float]]:
+    """(outcome, seconds) of each request one client sends to `path` back to back for
+    `window_s`, every answer and every failure to get one."""
+    answers: list[tuple[str, float]] = []
+    with httpx.Client(base_url=api_url, timeout=timeout) as client:
+        end = time.monotonic() + window_s
+        while time.monotonic() < end:
+            began = time.perf_counter()
+            try:
+                response = client.get(path)
+                outcome = _outcome(response, response.content, expected)
+            except httpx.TransportError as exc:
+                outcome = _failed(exc)
+            answers.append((outcome, time.perf_counter() - began))
+    return answers
 
 
 def _sequential_phase(
@@ -257,25 +340,13 @@ def _sequential_phase(
     threads = [threading.Thread(target=f, args=(stop,), daemon=True) for f in freshness.workers()]
     for t in threads:
         t.start()
-    latencies: list[float] = []
-    outcomes: Counter[str] = Counter()
     ticks = machine_ticks()
-    with httpx.Client(base_url=settings.api_url, timeout=timeout) as client:
-        end = time.monotonic() + window_s
-        while time.monotonic() < end:
-            began = time.perf_counter()
-            try:
-                response = client.get(path)
-                outcome = _outcome(response, response.content, expected)
-            except httpx.TimeoutException:
-                outcome = "client timeout"
-            latencies.append(time.perf_counter() - began)
-            outcomes[outcome] += 1
+    answers = back_to_back(settings.api_url, path, expected, window_s, timeout)
     stop.set()
     for t in threads:
         t.join(timeout + 5)
     return {
-        "api": {"queries": len(latencies), "outcomes": dict(outcomes), **_percentiles(latencies)},
+        "api": answers_summary(answers),
         "freshness": freshness.summary(),
         "window_s": window_s,
         "machine_busy_fraction": _busy_since(ticks),
@@ -286,8 +357,7 @@ async def _concurrent(
     api_url: str, path: str, expected: int, window_s: float, timeout: float
 ) -> dict[str, Any]:
     """`CLIENTS` clients sending the small query back to back for `window_s`."""
-    latencies: list[float] = []
-    outcomes: Counter[str] = Counter()
+    answers: list[tuple[str, float]] = []
     limits = httpx.Limits(max_connections=CLIENTS, max_keepalive_connections=CLIENTS)
     ticks = machine_ticks()
     async with httpx.AsyncClient(base_url=api_url, timeout=timeout, limits=limits) as client:
@@ -300,21 +370,19 @@ async def _concurrent(
                 try:
                     response = await client.get(path)
                     outcome = _outcome(response, response.content, expected)
-                except httpx.TimeoutException:
-                    outcome = "client timeout"
-                latencies.append(time.perf_counter() - began)
-                outcomes[outcome] += 1
+                except httpx.TransportError as exc:
+                    outcome = _failed(exc)
+                answers.append((outcome, time.perf_counter() - began))
 
         await asyncio.gather(*(one_client() for _ in range(CLIENTS)))
         elapsed = time.monotonic() - began_all
+    summary = answers_summary(answers)
     return {
         "clients": CLIENTS,
-        "queries": len(latencies),
-        "outcomes": dict(outcomes),
-        "per_s": outcomes["ok"] / elapsed,
+        **summary,
+        "per_s": summary["outcomes"].get(OK, 0) / elapsed,
         "elapsed_s": elapsed,
         "machine_busy_fraction": _busy_since(ticks),
-        **_percentiles(latencies),
     }
 
 
@@ -363,14 +431,22 @@ class _Freshness:
 
     def summary(self) -> dict[str, Any]:
         """Percentiles of the probes seen; those produced more than 5 s before the end and
-        never seen are `unseen` (a probe never seen has no figure of its own)."""
+        never seen are `unseen` (a probe never seen has no figure of its own). Those produced
+        more than the freshness goal before the end and never seen are failures
+        (`unseen_past_goal`: staler than the goal whenever they show up): `seen_ratio` is
+        the probes seen over them and the probes seen."""
         last = max(self.sent_at, default=0)
-        unseen = sum(1 for t in self.sent_at if t not in self.seen and t < last - 5_000_000)
+        bound_us = int(GOALS["freshness_p99_under_sql_abuse_s"] * 1e6)
+        never = [t for t in self.sent_at if t not in self.seen]
+        past_goal = sum(1 for t in never if t < last - bound_us)
+        judged = len(self.seen) + past_goal
         return {
             **_percentiles(list(self.seen.values())),
             "probes": len(self.sent_at),
             "seen": len(self.seen),
-            "unseen": unseen,
+            "unseen": sum(1 for t in never if t < last - 5_000_000),
+            "unseen_past_goal": past_goal,
+            "seen_ratio": round(len(self.seen) / judged, 4) if judged else None,
             "checker_query_p99_s": _percentiles(self.check_s)["p99_s"],
         }
 

@@ -1,8 +1,7 @@
 """PostgreSQL 15 (Debian package) with Kwollect's schema, loaded by parallel COPY workers.
 
-Kwollect keeps its readings in a TimescaleDB hypertable of 2-hour chunks. TimescaleDB is not
-packaged by Debian, so the table here is partitioned declaratively by time into 2-hour
-range partitions, which is what a hypertable does underneath (minus chunk compression).
+The schema is Kwollect 1.3.1's own (bench/kwollect_schema.py, which says where it comes from
+and what of TimescaleDB, not packaged by Debian, it reproduces in plain PostgreSQL).
 """
 
 from __future__ import annotations
@@ -17,13 +16,12 @@ from pathlib import Path
 
 import psycopg
 
-from bench import payloads
-from bench.dataset import US, Dataset, utc
+from bench import kwollect_schema, payloads
+from bench.dataset import Dataset, utc
 from bench.systems.base import Ingest, Selection, System, dpkg_version, run_parallel
 from stack.processes import free_port, shared_dir
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
-PARTITION_S = 2 * 3600
 SETTINGS = {  # everything else is PostgreSQL's default
     "shared_buffers": "512MB",
     "max_wal_size": "4GB",  # no checkpoint storm in the middle of the bulk load
@@ -113,27 +111,9 @@ class Postgres(System):
         )
 
     def _create_table(self, table: str, data: Dataset) -> None:
-        """Kwollect's table and index, with 2-hour time partitions covering the data."""
-        first = data.spec.start_us // US // PARTITION_S * PARTITION_S
+        """Kwollect's tables, `table` as its `metrics`, with partitions covering the data."""
         with self._connect() as conn:
-            conn.execute(f"""
-                CREATE TABLE {table} (
-                    timestamp timestamptz NOT NULL,
-                    device_id text NOT NULL,
-                    metric_id text NOT NULL,
-                    value double precision,
-                    labels jsonb NOT NULL DEFAULT '{{}}'::jsonb
-                ) PARTITION BY RANGE (timestamp)""")
-            lo = first
-            while lo * US < data.spec.end_us:
-                hi = lo + PARTITION_S
-                bounds = [utc(t * US).isoformat() for t in (lo, hi)]
-                conn.execute(
-                    f"CREATE TABLE {table}_{lo} PARTITION OF {table} "
-                    f"FOR VALUES FROM ('{bounds[0]}') TO ('{bounds[1]}')"
-                )
-                lo = hi
-            conn.execute(f"CREATE INDEX ON {table} (device_id, metric_id, timestamp)")
+            kwollect_schema.create(conn, table, data.spec.start_us, data.spec.end_us)
         self.tables.append(table)
 
     def _copy(self, table: str, data: Dataset) -> float:
@@ -158,14 +138,20 @@ class Postgres(System):
         return time.monotonic() - start
 
     def load(self, data: Dataset) -> Ingest:
+        """Timed until every COPY has committed: committed rows are queryable."""
         self._create_table("metrics", data)
         seconds = self._copy("metrics", data)
+        return Ingest(data.spec.readings, seconds, {"settings": SETTINGS})
+
+    def stored(self, data: Dataset) -> int:
         with self._connect() as conn:
             (stored,) = conn.execute("SELECT count(*) FROM metrics").fetchone()  # type: ignore[misc]
+        return int(stored)
+
+    def compact(self) -> None:
+        """VACUUM ANALYZE: visibility map, free space and the planner's statistics."""
+        with self._connect() as conn:
             conn.execute("VACUUM ANALYZE metrics")
-        if stored != data.spec.readings:
-            raise RuntimeError(f"PostgreSQL holds {stored} readings, {data.spec.readings} sent")
-        return Ingest(data.spec.readings, seconds, {"settings": SETTINGS})
 
     def _size(self, table: str) -> int:
         with self._connect() as conn:
@@ -176,8 +162,21 @@ class Postgres(System):
             ).fetchone()
         return int(row[0]) if row and row[0] is not None else 0
 
+    def storage_by_table(self) -> dict[str, int]:
+        """Every table of the database (a partitioned one with its partitions), indexes and
+        TOAST included."""
+        with self._connect() as conn:
+            rows = conn.execute(  # pg_partition_tree has no row for a plain table
+                "SELECT c.relname, coalesce((SELECT sum(pg_total_relation_size(t.relid)) "
+                "FROM pg_partition_tree(c.oid) t WHERE t.isleaf), "
+                "pg_total_relation_size(c.oid))::bigint FROM pg_class c "
+                "WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition "
+                "AND c.relnamespace = 'public'::regnamespace"
+            ).fetchall()
+        return {str(name): int(size) for name, size in rows}
+
     def storage_bytes(self) -> int:
-        return self._size("metrics")
+        return sum(self.storage_by_table().values())
 
     def storage_bytes_of(self, data: Dataset) -> int:
         table = "metrics_" + ("int" if data.spec.integer else "float") + f"_{len(self.tables)}"

@@ -1,0 +1,484 @@
+"""`python -m bench.publish`: the docs' published figures, generated from result files.
+
+Every published figure lives in a generated block of a Markdown page, which names what it
+renders and the result file (bench/results.py) it comes from:
+
+    <!-- bench: sizing bench/results/2026-11-27-58f0a70-quick.json -->
+    ...text generated from that file...
+    <!-- /bench -->
+
+`python -m bench.publish` renders every block again from the file it cites (after a change
+of this module); `python -m bench.publish FILE` makes every block (or those named by
+`--block`) cite FILE; `--check` writes nothing and exits 1 when a page differs from what its
+files give (tests/bench/test_published_figures.py runs the same check). The producer, ClickHouse
+and API sizing of docs/kubernetes.md is computed here, from the cited file's figures: `sizing`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.results import REPO_ROOT, RESULTS_DIR
+
+WIDTH = 95  # generated paragraphs are wrapped at this width
+BLOCK = re.compile(
+    r"<!-- bench: (?P<name>[\w-]+) (?P<file>\S+) -->\n(?P<body>.*?)<!-- /bench -->", re.S
+)
+
+
+@dataclass(frozen=True)
+class Result:
+    """A result file, `path` relative to the repository root."""
+
+    path: str
+    data: dict[str, Any]
+
+    @classmethod
+    def load(cls, path: str) -> Result:
+        data = json.loads((REPO_ROOT / path).read_text())
+        if "run" not in data:
+            raise ValueError(f"{path}: not a result file of bench/results.py (no `run`)")
+        return cls(path, data)
+
+    def get(self, key: str) -> Any:
+        """A figure by its key, dotted for a nested one; None when the run has none."""
+        value: Any = self.data
+        for part in key.split("."):
+            if not isinstance(value, dict):
+                return None
+            value = value.get(part)
+        return value
+
+
+# Figure: (what, key, format). A figure the cited run does not hold is left out of a table.
+Figure = tuple[str, str, str]
+
+FIGURES: list[tuple[str, list[Figure]]] = [
+    (
+        "Storage and ingest (jobscope beside its peers)",
+        [
+            ("jobscope ingest, readings/s until queryable", "ingest_e2e_readings_per_s", ",.0f"),
+            (
+                "VictoriaMetrics ingest, readings/s",
+                "peer_victoriametrics_ingest_readings_per_s",
+                ",.0f",
+            ),
+            ("PostgreSQL ingest, readings/s", "peer_postgres_ingest_readings_per_s", ",.0f"),
+            ("jobscope ingest CPU per reading, µs", "ingest_cpu_us_per_reading", ".2f"),
+            (
+                "VictoriaMetrics CPU per reading, µs",
+                "peer_victoriametrics_ingest_cpu_us_per_reading",
+                ".2f",
+            ),
+            ("PostgreSQL CPU per reading, µs", "peer_postgres_ingest_cpu_us_per_reading", ".2f"),
+            ("jobscope rollup CPU per reading, µs", "rollup_cpu_us_per_reading", ".2f"),
+            (
+                "jobscope drain, readings/s after the consumers' start",
+                "ingest_drain_readings_per_s",
+                ",.0f",
+            ),
+            ("jobscope bytes per reading", "bytes_per_reading", ".2f"),
+            ("VictoriaMetrics bytes per reading", "peer_victoriametrics_bytes_per_reading", ".2f"),
+            ("PostgreSQL bytes per reading", "peer_postgres_bytes_per_reading", ".2f"),
+            ("jobscope query, 100 devices x 10 min, s", "query_100dev_10min_s", ".3f"),
+            (
+                "VictoriaMetrics query, 100 devices x 10 min, s",
+                "peer_victoriametrics_query_100dev_10min_s",
+                ".3f",
+            ),
+            (
+                "PostgreSQL query, 100 devices x 10 min, s",
+                "peer_postgres_query_100dev_10min_s",
+                ".3f",
+            ),
+            ("freshness p50, s", "freshness_p50_s", ".3f"),
+            ("freshness p99, s", "freshness_p99_s", ".3f"),
+        ],
+    ),
+    (
+        "Job API",
+        [
+            ("1 M readings of a job, best format, s", "api_1m_readings_s", ".3f"),
+            ("1 M readings as Parquet, s", "api_1m_parquet_s", ".3f"),
+            ("API over direct ClickHouse, same format", "api_1m_overhead_ratio", ".2f"),
+            ("summary of 1 M readings, s", "api_summary_1m_readings_s", ".3f"),
+            ("`step=1m` over the whole data, s", "api_step_1m_s", ".3f"),
+            ("export peak RSS, MB", "api_export_peak_rss_mb", ",.0f"),
+            ("report, 100 nodes x 24 h, HTML, s", "report_100_nodes_24h_s", ".3f"),
+            ("small queries answered per second", "api_small_queries_per_s", ",.1f"),
+            ("small query p99 without abuse, s", "api_p99_no_abuse_s", ".3f"),
+            ("small query p99 under SQL abuse, s", "api_p99_under_sql_abuse_s", ".3f"),
+            (
+                "small queries answered right under SQL abuse",
+                "api_success_ratio_under_sql_abuse",
+                ".3f",
+            ),
+            ("freshness p99 under SQL abuse, s", "freshness_p99_under_sql_abuse_s", ".3f"),
+            ("probes seen under SQL abuse", "freshness_seen_ratio_under_sql_abuse", ".3f"),
+        ],
+    ),
+    (
+        "Polling (per CPU-second of the collector process)",
+        [
+            ("jobscope SNMP OIDs", "snmp_oids_per_core_s", ",.0f"),
+            ("snmp_exporter OIDs", "snmp_exporter_oids_per_core_s", ",.0f"),
+            ("kwollector OIDs", "kwollector_oids_per_core_s", ",.0f"),
+            ("jobscope IPMI sensors", "ipmi_sensors_per_core_s", ",.0f"),
+            ("jobscope Prometheus samples", "prometheus_samples_per_core_s", ",.0f"),
+            ("Prometheus server samples", "prometheus_server_samples_per_core_s", ",.0f"),
+            ("jobscope wattmeter readings", "wattmeter_readings_per_core_s", ",.0f"),
+            ("kwollector-wattmetre readings", "kwollector_wattmetre_readings_per_core_s", ",.0f"),
+            ("jobscope remote_write samples", "remote_write_samples_per_core_s", ",.0f"),
+            (
+                "VictoriaMetrics remote_write samples",
+                "remote_write_victoriametrics_samples_per_core_s",
+                ",.0f",
+            ),
+            ("on-demand activation, median s", "on_demand_activation_s", ".2f"),
+            ("live stream latency p99, s", "live_latency_p99_s", ".3f"),
+        ],
+    ),
+]
+
+
+def _value(result: Result, key: str, fmt: str) -> str | None:
+    value = result.get(key)
+    return None if value is None else format(value, fmt)
+
+
+def cite(result: Result, page: Path) -> str:
+    """The line every block opens with: which file, which run, which machine."""
+    run = result.data["run"]
+    machine = result.data.get("machine") or {}
+    link = os.path.relpath(REPO_ROOT / result.path, (REPO_ROOT / page).parent)
+    sha = f"`{run['commit']['short']}`" + (
+        " (uncommitted changes)" if run["commit"]["dirty"] else ""
+    )
+    memory = (machine.get("memory_total_bytes") or 0) / 2**30
+    busy = machine.get("cpu_busy_fraction_during")
+    load = machine.get("loadavg_before") or [None]
+    return (
+        "Generated by `python -m bench.publish` from "
+        f"[`{Path(result.path).name}`]({link}) (do not edit by hand): profile "
+        f"`{run['profile']}`, commit {sha}, {run['date']}, "
+        f"`{run['command']}`; {machine.get('cpu_count')} CPUs ({machine.get('cpu_model')}), "
+        f"{memory:.0f} GiB, {machine.get('os')}; 1-minute load {load[0]} before the run, "
+        f"machine {100 * (busy or 0):.0f}% busy during it."
+    )
+
+
+def render_figures(result: Result, page: Path) -> str:
+    """Every published figure the cited run holds, by part."""
+    lines = [_wrap(cite(result, page))]
+    for title, figures in FIGURES:
+        rows = [(what, key, v) for what, key, fmt in figures if (v := _value(result, key, fmt))]
+        if rows:
+            lines += ["", f"{title}:", "", "| figure | key | value |", "|---|---|---|"]
+            lines += [f"| {what} | `{key}` | {v} |" for what, key, v in rows]
+    if len(lines) == 1:
+        lines += ["", "This run holds no published figure."]
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Site:
+    """The worked example of docs/kubernetes.md (the shape of helm/jobscope/ci/large-site.yaml)."""
+
+    nodes: int = 5000
+    node_exporter_metrics: int = 100  # per node, every second
+    bmc_sensors: int = 13  # per node, every bmc_period_s
+    bmc_period_s: int = 5
+    switches: int = 100
+    switch_ports: int = 48  # each polled for port_oids OIDs every second
+    port_oids: int = 4
+    users: int = 200  # dashboards refreshing every refresh_s
+    refresh_s: int = 10
+    exports_at_once: int = 24
+
+
+CORE_SHARE = 0.8  # of a core a producer process is sized to use
+SERVER_CORES = 2  # cores of one ClickHouse server, as measured
+HEADROOM = 0.5  # of a server's capacity left for merges and queries
+GROWTH = 2  # ClickHouse shards leave room for this many times today's load
+KAFKA_CONSUMERS = 6  # clickhouse.kafkaConsumers: each needs a partition of its own
+EXPORTS_PER_REPLICA = 8  # JOBSCOPE_MAX_EXPORTS
+MAX_REPLICAS_FACTOR = 4  # api.autoscaling's maximum over its minimum
+
+PRODUCER_FIGURES = {  # rate of the example site, figure per core-second
+    "prometheus": ("prometheus_samples_per_core_s", "node_exporter samples/s"),
+    "ipmi": ("ipmi_sensors_per_core_s", "BMC sensors/s"),
+    "snmp": ("snmp_oids_per_core_s", "switch OIDs/s"),
+}
+QPS = "api_small_queries_per_s"
+CLICKHOUSE_CPU = "systems.jobscope.ingest_detail.cpu_us_per_reading_by_process.clickhouse"
+
+
+def clickhouse_us_per_reading(result: Result) -> float | None:
+    """ClickHouse's CPU per reading stored: its share of the timed ingest (the broker's left
+    out), plus the rollups' refreshes where the run measured them apart."""
+    ingest = result.get(CLICKHOUSE_CPU)
+    if ingest is None:
+        return None
+    return ingest + (result.get("rollup_cpu_us_per_reading") or 0)
+
+
+def sizing(result: Result, site: Site = Site()) -> dict[str, Any]:
+    """The example site's producer shards, ClickHouse shards, partitions and API replicas
+    from the run's figures; a part whose figure the run lacks is None."""
+    rates = {
+        "prometheus": site.nodes * site.node_exporter_metrics,
+        "ipmi": site.nodes * site.bmc_sensors / site.bmc_period_s,
+        "snmp": site.switches * site.switch_ports * site.port_oids,
+    }
+    cores = {
+        name: rates[name] / per_core if (per_core := result.get(key)) else None
+        for name, (key, _) in PRODUCER_FIGURES.items()
+    }
+    out: dict[str, Any] = {"rates": rates, "cores": cores, "readings_per_s": sum(rates.values())}
+    known = None not in cores.values()
+    out["producer_cores"] = sum(cores.values()) if known else None  # type: ignore[arg-type]
+    out["producer_shards"] = math.ceil(out["producer_cores"] / CORE_SHARE) if known else None
+    us = clickhouse_us_per_reading(result)
+    out["clickhouse_us_per_reading"] = us
+    out["server_readings_per_s"] = SERVER_CORES * 1e6 / us if us else None
+    if out["server_readings_per_s"]:
+        needed = out["readings_per_s"] / (out["server_readings_per_s"] * HEADROOM)
+        out["clickhouse_needed"] = needed
+        out["clickhouse_shards"] = math.ceil(GROWTH * needed)
+        out["partitions"] = out["clickhouse_shards"] * KAFKA_CONSUMERS
+    qps = result.get(QPS)
+    queries = site.users / site.refresh_s
+    for_exports = math.ceil(site.exports_at_once / EXPORTS_PER_REPLICA)
+    out["api_queries_per_s"] = queries
+    out["api_replicas_for_queries"] = queries / qps if qps else None
+    out["api_replicas_for_exports"] = for_exports
+    out["api_min_replicas"] = max(math.ceil(queries / qps), for_exports) if qps else None
+    return out
+
+
+def _n(value: float, fmt: str = ",.0f") -> str:
+    return format(value, fmt)
+
+
+def _missing(result: Result, *keys: str) -> str:
+    absent = [f"`{k}`" for k in keys if result.get(k) is None]
+    return f"needs {', '.join(absent)}, which this run does not hold"
+
+
+SIZING_FIGURES: list[Figure] = [
+    ("SNMP OIDs per core-second", "snmp_oids_per_core_s", ",.0f"),
+    ("IPMI sensors per core-second", "ipmi_sensors_per_core_s", ",.0f"),
+    ("Prometheus samples per core-second", "prometheus_samples_per_core_s", ",.0f"),
+    ("ClickHouse CPU per reading stored, µs (ingest + rollups)", CLICKHOUSE_CPU, ".2f"),
+    ("readings stored per second, Kafka to ClickHouse", "ingest_e2e_readings_per_s", ",.0f"),
+    ("small API queries answered per second, one API", "api_small_queries_per_s", ",.1f"),
+    ("1 M readings exported as Parquet, one API, s", "api_1m_parquet_s", ".2f"),
+]
+
+
+def _sizing_table(result: Result) -> list[str]:
+    us = clickhouse_us_per_reading(result)
+    values = {CLICKHOUSE_CPU: None if us is None else f"{us:.2f}"}
+    keys = {CLICKHOUSE_CPU: "`...by_process.clickhouse` + `rollup_cpu_us_per_reading`"}
+    return ["| figure | key | this run |", "|---|---|---|"] + [
+        f"| {what} | {keys.get(key, f'`{key}`')} | "
+        f"{values.get(key) or _value(result, key, fmt) or 'not in this run'} |"
+        for what, key, fmt in SIZING_FIGURES
+    ]
+
+
+def _wrap(text: str) -> str:
+    """A paragraph or list item, wrapped as the pages are (their diffs stay readable)."""
+    indent = "  " if text.startswith("- ") else ""
+    return textwrap.fill(
+        text, WIDTH, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False
+    )
+
+
+def _producers(result: Result, site: Site, s: dict[str, Any]) -> str:
+    parts = []
+    for name, (key, what) in PRODUCER_FIGURES.items():
+        cores, rate = s["cores"][name], _n(s["rates"][name])
+        if cores is None:
+            parts.append(f"{what} {rate}: {_missing(result, key)}")
+        else:
+            parts.append(f"{what} {rate} / {_n(result.get(key))} = {cores:.2f} cores")
+    shards = (
+        f"Total {s['producer_cores']:.2f} cores; at {CORE_SHARE:.0%} of a core per process, "
+        f"**`producers.shards: {s['producer_shards']}`**"
+        if s["producer_shards"] is not None
+        else "The shard count needs every figure above"
+    )
+    return (
+        f"- **Producer shards.** node_exporter, {site.node_exporter_metrics} metrics per node "
+        f"every second; BMCs, {site.bmc_sensors} sensors every {site.bmc_period_s} s; "
+        f"{site.switches} switches, {site.switch_ports} ports x {site.port_oids} OIDs every "
+        "second. " + "; ".join(parts) + f". {shards} (each shard polls the devices "
+        "`producers/sharding.py` gives it; adding one moves only about 1/N of them)."
+    )
+
+
+def _clickhouse(result: Result, s: dict[str, Any]) -> list[str]:
+    total = _n(s["readings_per_s"])
+    if s.get("clickhouse_shards") is None:
+        return [
+            f"- **ClickHouse shards and partitions.** {total} readings/s; their count "
+            f"{_missing(result, CLICKHOUSE_CPU)}."
+        ]
+    server = s["server_readings_per_s"]
+    return [
+        f"- **ClickHouse shards.** {total} readings/s. ClickHouse spent "
+        f"{s['clickhouse_us_per_reading']:.2f} µs of CPU per reading (its share of the timed "
+        f"ingest, rollups included), so one {SERVER_CORES}-core server holds ~{_n(server)} "
+        f"readings/s; at {HEADROOM:.0%} of that (headroom for merges and queries), {total} / "
+        f"{_n(server * HEADROOM)} = {s['clickhouse_needed']:.2f} servers carry the load, and "
+        f"room to grow {GROWTH}x gives **{s['clickhouse_shards']} shards** "
+        "(`clickhouse.cluster`). The bench ingests a backlog in large blocks; at a fleet's "
+        "steady rate blocks are small and each reading costs more: keep the headroom. All "
+        "shards' Kafka tables share one consumer group, so they split the partitions.",
+        "- **Partitions.** Every Kafka-engine consumer needs a partition of its own, and each "
+        f"shard should get the same number: {s['clickhouse_shards']} shards x {KAFKA_CONSUMERS} "
+        f"consumers (`clickhouse.kafkaConsumers`) = **{s['partitions']} partitions** "
+        f"(`kafka.readingsPartitions`; {_n(s['readings_per_s'] / s['partitions'])} readings/s "
+        "each). Partitions can be added later, never removed.",
+    ]
+
+
+def _api(result: Result, site: Site, s: dict[str, Any]) -> str:
+    exports = (
+        f"exports stream {EXPORTS_PER_REPLICA} at a time per replica (`JOBSCOPE_MAX_EXPORTS`), "
+        f"so {site.exports_at_once} at once need {s['api_replicas_for_exports']} replicas"
+    )
+    if s["api_min_replicas"] is None:
+        return f"- **API replicas.** {exports}; the query load {_missing(result, QPS)}."
+    return (
+        f"- **API replicas.** {site.users} dashboard users refreshing every {site.refresh_s} "
+        f"s: {_n(s['api_queries_per_s'])} queries/s, / {_value(result, QPS, ',.1f')} = "
+        f"{s['api_replicas_for_queries']:.2f} replicas; {exports}. **`api.autoscaling`: "
+        f"{s['api_min_replicas']} to {MAX_REPLICAS_FACTOR * s['api_min_replicas']} "
+        "replicas** on CPU (the PodDisruptionBudget keeps at least one through node drains)."
+    )
+
+
+def render_sizing(result: Result, page: Path) -> str:
+    """docs/kubernetes.md's sizing: its figures, and the worked example computed from them."""
+    site, s = Site(), sizing(result)
+    return "\n".join(
+        [
+            _wrap(cite(result, page)),
+            "",
+            *_sizing_table(result),
+            "",
+            f"A worked example, {_n(site.nodes)} nodes (the shape of "
+            "`helm/jobscope/ci/large-site.yaml`):",
+            "",
+            _wrap(_producers(result, site, s)),
+            *(_wrap(line) for line in _clickhouse(result, s)),
+            _wrap(_api(result, site, s)),
+        ]
+    )
+
+
+RENDERERS: dict[str, Callable[[Result, Path], str]] = {
+    "figures": render_figures,
+    "sizing": render_sizing,
+}
+
+
+def pages() -> list[Path]:
+    """The Markdown pages of the repository (tracked, or new and not ignored), relative."""
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.md"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return sorted({Path(p) for p in listed.splitlines() if (REPO_ROOT / p).exists()})
+
+
+def render(
+    text: str, page: Path, cite_file: str | None = None, only: set[str] | None = None
+) -> str:
+    """`text` with every block rendered again, from the file it cites, or from `cite_file`
+    (the blocks named in `only`, or all)."""
+
+    def block(m: re.Match[str]) -> str:
+        name, path = m["name"], m["file"]
+        if name not in RENDERERS:
+            raise ValueError(f"{page}: unknown block {name!r} (known: {', '.join(RENDERERS)})")
+        if cite_file is not None and (only is None or name in only):
+            path = cite_file
+        body = RENDERERS[name](Result.load(path), page)
+        return f"<!-- bench: {name} {path} -->\n{body}\n<!-- /bench -->"
+
+    return BLOCK.sub(block, text)
+
+
+def cited(text: str) -> list[tuple[str, str]]:
+    """(block, file) of every block of a page."""
+    return [(m["name"], m["file"]) for m in BLOCK.finditer(text)]
+
+
+def check(page: Path, text: str | None = None) -> list[str]:
+    """What differs between a page (or `text` as that page) and its blocks rendered again, as
+    a unified diff; or every cited file that is not in bench/results/."""
+    text = (REPO_ROOT / page).read_text() if text is None else text
+    problems = [
+        f"{page}: block {name} cites {path}, not a file in bench/results/"
+        for name, path in cited(text)
+        if (REPO_ROOT / path).parent != RESULTS_DIR or not (REPO_ROOT / path).is_file()
+    ]
+    if problems:
+        return problems
+    diff = difflib.unified_diff(
+        text.splitlines(), render(text, page).splitlines(), str(page), "regenerated", lineterm=""
+    )
+    return list(diff)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.publish", description=__doc__)
+    parser.add_argument("file", nargs="?", help="a result file in bench/results/ to cite")
+    parser.add_argument("--block", action="append", choices=sorted(RENDERERS), help="only these")
+    parser.add_argument("--check", action="store_true", help="write nothing; 1 if a page differs")
+    args = parser.parse_args(argv)
+    cite_file = None
+    if args.file is not None:
+        path = Path(args.file).resolve()
+        if path.parent != RESULTS_DIR or not path.is_file():
+            parser.error(f"{args.file}: not a file in {RESULTS_DIR.relative_to(REPO_ROOT)}/")
+        cite_file = str(path.relative_to(REPO_ROOT))
+        if errors := Result.load(cite_file).data.get("errors"):
+            parser.error(f"{cite_file}: the run failed ({', '.join(errors)}): not published")
+    differs = False
+    for page in pages():
+        text = (REPO_ROOT / page).read_text()
+        if not cited(text):
+            continue
+        if args.check:
+            if problems := check(page):
+                print("\n".join(problems))
+                differs = True
+            continue
+        new = render(text, page, cite_file, set(args.block) if args.block else None)
+        if new != text:
+            (REPO_ROOT / page).write_text(new)
+            print(f"{page}: regenerated")
+    return 1 if differs else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
