@@ -8,13 +8,25 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import PlainTextResponse
 
 router = APIRouter(tags=["health"])
+EXAMPLE = (
+    "# HELP jobscope_api_requests_total requests answered, by method, route template and status "
+    "class (5xx: errors)\n"
+    "# TYPE jobscope_api_requests_total counter\n"
+    'jobscope_api_requests_total{method="GET",route="/api/jobs/{job_id}/summary",'
+    'status="2xx"} 42.0\n'
+)
 
 
 @router.get(
     "/metrics",
     operation_id="get_prometheus_metrics",
     response_class=PlainTextResponse,
-    responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text format"}},
+    responses={
+        200: {
+            "content": {"text/plain": {"example": EXAMPLE}},
+            "description": "Prometheus text format",
+        }
+    },
     summary="The API's and the Kafka cluster's health for Prometheus (no token needed)",
 )
 def get_prometheus_metrics(request: Request) -> Response:

@@ -120,13 +120,20 @@ def _node(line: str) -> _Node:
     )
 
 
+def _lines(tree: str) -> list[str]:
+    """The dump's lines, split on newlines only: the engine escapes a newline in a literal, but
+    leaves the other characters Python's `splitlines` would split on (a vertical tab, a form
+    feed, U+0085, U+2028...) in the user's literals as they are."""
+    return tree.removesuffix("\n").split("\n") if tree else []
+
+
 def calls(tree: str) -> list[Call]:
     """The functions and table functions named in an `EXPLAIN AST` dump.
 
     Each line is a node, indented one space per level under its parent."""
     found: list[Call] = []
     parents: list[str] = []
-    for node in map(_node, tree.splitlines()):
+    for node in map(_node, _lines(tree)):
         if not node.kind:
             continue
         del parents[node.depth :]
@@ -142,7 +149,7 @@ def check_dump(tree: str) -> None:
     """Refuse a parse tree dump that is not whole: one root with children, each node a line
     `<Type> ...` with as many lines one level deeper as it declares children. A dump in
     another output format than asked (a FORMAT clause left in the statement) fails here."""
-    nodes = [_node(line) for line in tree.splitlines()]
+    nodes = [_node(line) for line in _lines(tree)]
     open_nodes: list[list[int]] = []  # [depth, declared children, children seen] of the path
     for n, node in enumerate(nodes):
         if not node.kind[:1].isupper():
@@ -182,7 +189,7 @@ def check_private(tree: str) -> None:
     `loop(db, t)`) or a string literal (`loop('db', 't')`). The engine has no grants, so a
     read-only user's statement is refused from its parse tree (`merge()`, whose regex could
     reach them, is off the allow-list)."""
-    for node in map(_node, tree.splitlines()):
+    for node in map(_node, _lines(tree)):
         detail = node.detail.split(" (", 1)[0]
         if node.kind in ("TableIdentifier", "Identifier"):
             name = detail.rsplit(".", 1)[-1]

@@ -181,6 +181,25 @@ def test_a_literal_shaped_like_the_parse_tree_is_checked_in_linear_time(
     assert time.monotonic() - started < 3  # the old regex: about 7 s a statement
 
 
+@pytest.mark.parametrize(
+    "separator", ["\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029", "\r"]
+)
+def test_a_literal_holding_a_line_separator_is_answered_and_still_checked(
+    users: dict[str, httpx.Client], separator: str
+) -> None:
+    """The engine writes a literal's vertical tab, form feed or Unicode line separator into the
+    dump as it is: read as a line break (Python's `splitlines`), it made the dump unreadable
+    and a read-only user's plain SELECT was refused (found by the API's fuzzing: a job
+    list filtered by a project name holding U+000B was a 500). The same characters can
+    neither hide a function nor fake one."""
+    text = f"a{separator}Function file (children 1)"
+    answer = users["reader"].post("/", content=f"SELECT length('{text}')")
+    assert answer.status_code == 200, answer.text[:300]
+    assert answer.text == f"{len(text.encode())}\n"
+    refused = users["reader"].post("/", content=f"SELECT '{text}', file('/etc/hostname')")
+    assert _code(refused) == 497, refused.text[:200]
+
+
 def test_the_api_user_has_a_profile(users: dict[str, httpx.Client]) -> None:
     answer = users["api"].post(
         "/", content="SELECT getSetting('max_execution_time'), getSetting('readonly')"
