@@ -32,7 +32,7 @@ READ_POLICY ?= $(if $(filter oidc,$(AUTH)),jobs,)
 AUTH_ENV := $(if $(AUTH),JOBSCOPE_AUTH=$(AUTH),) $(if $(READ_POLICY),JOBSCOPE_READ_POLICY=$(READ_POLICY),)
 DEVICES_ENV := $(if $(filter sample,$(DEVICES)),JOBSCOPE_DEVICES_FILE=$(CURDIR)/producers/config/sample JOBSCOPE_SIMULATORS=true,$(if $(DEVICES),JOBSCOPE_DEVICES_FILE=$(abspath $(DEVICES)),))
 
-.PHONY: oidc-provider help up down status connect test test-fast lint format bench system-deps venv reset superset superset-venv helm-tools test-helm otelcol
+.PHONY: oidc-provider help up down install uninstall status connect test test-fast lint format bench system-deps venv reset backup restore superset superset-venv helm-tools test-helm otelcol
 
 help:
 	@echo "make up        start Kafka, ClickHouse, producers (demo fleet) and the API"
@@ -42,7 +42,10 @@ help:
 	@echo "make superset  Superset dashboards on 127.0.0.1:8088 against the running stack"
 	@echo "make connect   Kafka Connect beside the running stack: OAR jobs by change data capture"
 	@echo "make down      stop them (data kept in state/)"
+	@echo "make install   as root: install jobscope as systemd units (jobscope.target)"
 	@echo "make status    what runs, where it listens, where it logs"
+	@echo "make backup DIR=path [FROM=prev]  a consistent backup of the running stack (FROM: incremental)"
+	@echo "make restore DIR=path  restore a backup into a fresh state/ (the stack stopped)"
 	@echo "make test      the whole test suite against real components"
 	@echo "make bench     benchmarks beside peers (QUICK=1 short run; ONLY=api|freshness|drain|snmp|...|live|abuse: one part)"
 	@echo "make lint      ruff"
@@ -69,6 +72,14 @@ up: system-deps venv
 
 down:
 	@if [ -x $(PY) ]; then $(PY) -m stack down; else echo "nothing to stop"; fi
+
+# jobscope as systemd units on this machine, run from this checkout (stack/install.py,
+# docs/operations.md): settings in /etc/jobscope/jobscope.env, state in /var/lib/jobscope.
+install: system-deps venv
+	$(PY) -m stack install
+
+uninstall:
+	$(PY) -m stack uninstall
 
 status: venv
 	$(DEVICES_ENV) $(PY) -m stack status
@@ -135,3 +146,12 @@ superset: system-deps venv superset-venv
 
 reset: down
 	rm -rf state
+
+# docs/operations.md, "Backup and restore".
+backup: venv
+	@test -n "$(DIR)" || { echo "usage: make backup DIR=path [FROM=previous backup]"; exit 2; }
+	$(DEVICES_ENV) $(PY) -m stack backup "$(DIR)" $(if $(FROM),--incremental-from "$(FROM)")
+
+restore: venv
+	@test -n "$(DIR)" || { echo "usage: make restore DIR=path"; exit 2; }
+	$(DEVICES_ENV) $(PY) -m stack restore "$(DIR)"

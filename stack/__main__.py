@@ -1,4 +1,5 @@
-"""`python -m stack up|down|status|superset`: the embedded default on one machine."""
+"""`python -m stack up|down|status|superset|backup|restore|install|uninstall`: the embedded
+default on one machine, and its service install (systemd units: stack/install.py)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,9 @@ import argparse
 import os
 import sys
 import time
+from pathlib import Path
 
-from stack import kafka_broker, oidc_provider, services, superset
+from stack import backup, install, kafka_broker, oidc_provider, services, superset
 from stack.config import StackSettings
 
 
@@ -94,10 +96,51 @@ def status(settings: StackSettings) -> bool:
     return all_running
 
 
+def _backup_or_restore(
+    settings: StackSettings, command: str, folder: Path, base: Path | None
+) -> int:
+    try:
+        if command == "backup":
+            manifest = backup.backup(settings, folder, base)
+            print(
+                f"backup in {folder} (schema {manifest['schema_migrations'][-1]}, "
+                f"{'incremental over ' + str(base) if base else 'full'})"
+            )
+        else:
+            for line in backup.restore(settings, folder):
+                print(line)
+            print(f"restored from {folder} into {settings.state_dir}: start it with make up")
+    except Exception as exc:
+        print(f"\n{command} failed: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m stack", description=__doc__)
-    parser.add_argument("command", choices=("up", "down", "status", "superset"))
-    command = parser.parse_args().command
+    parser.add_argument(
+        "command",
+        choices=("up", "down", "status", "superset", "backup", "restore", "install", "uninstall"),
+    )
+    parser.add_argument("dir", nargs="?", type=Path, help="backup, restore: the backup's folder")
+    parser.add_argument(
+        "--incremental-from",
+        type=Path,
+        metavar="PREV",
+        help="backup: only what changed since the backup in PREV (kept: a restore needs it)",
+    )
+    parser.add_argument(
+        "--root",
+        type=Path,
+        default=Path("/"),
+        help="install, uninstall: the file system root to write into (stack/install.py)",
+    )
+    args = parser.parse_args()
+    command = args.command
+    if command in ("install", "uninstall"):
+        return install.command(command, args.root)
+    if command in ("backup", "restore") and args.dir is None:
+        parser.error(f"{command} needs the backup's folder")
     os.umask(0o077)  # what it writes in the state directory is private (docs/security.md)
     settings = StackSettings()
     if command == "up":
@@ -112,6 +155,8 @@ def main() -> int:
         except Exception as exc:
             print(f"\nmake superset failed: {exc}", file=sys.stderr)
             return 1
+    elif command in ("backup", "restore"):
+        return _backup_or_restore(settings, command, args.dir, args.incremental_from)
     elif command == "down":
         stopped = services.stop_all(settings)
         print(

@@ -51,8 +51,13 @@ def component_env(settings: StackSettings, part: str | None = None) -> dict[str,
     prepare_state_dir(settings)
     values = secrets.load_or_create(settings.state_dir)
     own = values if part is None else {name: values[name] for name in secrets.OWNERS[part]}
+    return {**own, **settings_env(settings)}
+
+
+def settings_env(settings: StackSettings) -> dict[str, str]:
+    """The non-secret settings every component reads from its environment (the service
+    install's units derive them from /etc/jobscope/jobscope.env: stack/service.py)."""
     return {
-        **own,
         "JOBSCOPE_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
         "JOBSCOPE_CLICKHOUSE_HOST": settings.host,
         "JOBSCOPE_CLICKHOUSE_PORT": str(settings.clickhouse_port),
@@ -194,7 +199,7 @@ def _server_command(account: tuple[int, int] | None) -> tuple[list[str], dict[st
     return [system, "-s", *argv], {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}
 
 
-def _give_to(account: tuple[int, int], path: Path, directory: bool) -> None:
+def give_to(account: tuple[int, int], path: Path, directory: bool) -> None:
     """Make `path` (a folder, with what it holds, or a file) the ClickHouse account's."""
     uid, gid = account
     if directory:
@@ -266,8 +271,9 @@ def start_kafka(settings: StackSettings) -> None:
     )
 
 
-def start_clickhouse(settings: StackSettings, timeout: float = 60.0) -> None:
-    """Start the local ClickHouse server and apply the schema. Its users' passwords reach it
+def start_clickhouse(settings: StackSettings, timeout: float = 60.0, schema: bool = True) -> None:
+    """Start the local ClickHouse server and apply the schema (unless not `schema`: a restore
+    brings the schema of its backup first, stack/backup.py). Its users' passwords reach it
     through a pipe it reads at start (JOBSCOPE_CLICKHOUSE_SECRETS_FD), never its environment;
     started as root, it runs as its own account (`clickhouse_account`), owner of its data,
     spool, configuration and log files and of nothing else."""
@@ -285,7 +291,7 @@ def start_clickhouse(settings: StackSettings, timeout: float = 60.0) -> None:
             (data_dir.with_name(data_dir.name + "-engine.xml"), False),
             (engine_log_file(settings), False),
         ):
-            _give_to(account, path, directory)
+            give_to(account, path, directory)
     argv, python_env = _server_command(account)
     read_end = secrets.pipe(passwords)
     try:
@@ -310,7 +316,8 @@ def start_clickhouse(settings: StackSettings, timeout: float = 60.0) -> None:
         f"ClickHouse on {settings.clickhouse_url}",
         transient=STARTING,
     )
-    apply_schema(settings)
+    if schema:
+        apply_schema(settings)
 
 
 def apply_schema(settings: StackSettings) -> None:

@@ -26,7 +26,9 @@ TABLE: dict[str, tuple[int, int]] = {
     # the session's stack: Kafka, its controller, ClickHouse, the API, the producers' /metrics
     "stack": (0, 5),
     "disk-full": (5, 5),  # tests/reliability/test_disk_full.py's own stack
-    "lifecycle": (10, 5),  # tests/stack/test_stack_lifecycle.py: `make up` in a subprocess
+    # tests/stack/test_stack_lifecycle.py: `make up` in a subprocess; also the stack of
+    # tests/stack/test_service_install.py's units (each stops its stack before it ends)
+    "lifecycle": (10, 5),
     "sasl": (15, 5),  # tests/stack/test_kafka_sasl.py
     "kafka-cluster": (20, 9),  # 3 KRaft nodes (port pairs), ClickHouse, API, /metrics
     "multisite": (29, 9),  # 2 sites' and the centre's brokers (pairs), ClickHouse, API, /metrics
@@ -52,8 +54,10 @@ TABLE: dict[str, tuple[int, int]] = {
     # tests/api/test_energy_sharing.py: APIs under two policies, and one with a per-node map
     "energy-sharing": (79, 3),
     "monitoring": (82, 1),  # tests/monitoring/test_scraped.py: Prometheus scraping every part
+    "backup": (83, 5),  # tests/stack/test_backup_restore.py: the stack backed up and restored
     # tests/api/test_otel_collector.py: an API, the Collector's OTLP receiver, its own /metrics
     "otel-collector": (90, 3),
+    "upgrade": (93, 5),  # tests/stack/test_upgrade.py: the previous release's stack, then this
 }
 
 

@@ -116,6 +116,13 @@ class ServerSettings(SqlLimitSettings):
     uncompressed_cache_bytes: int = Field(
         256 << 20, ge=0, description="decompressed blocks kept for repeated reads (0: none)"
     )
+    backup_path: Path = Field(
+        Path("/"),
+        description="the folder under which the admin user's `BACKUP ... TO File(...)` may "
+        "write and `RESTORE ... FROM File(...)` read (the engine's backups.allowed_path; "
+        "`python -m stack backup DIR` writes to DIR/clickhouse); the read-only users can "
+        "run neither",
+    )
     kafka_session_timeout_ms: int = Field(
         6000, ge=6000, description="a killed server's consumers leave the group after this"
     )

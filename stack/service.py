@@ -1,0 +1,255 @@
+"""`python -m stack.service <step>`: what the systemd units of the service install run
+(stack/install.py writes them). Each step reads the one configuration file the unit gives it
+(/etc/jobscope/jobscope.env, the StackSettings), derives the component's own environment as
+`make up` does, and runs in the foreground: a service step replaces itself with the
+component's process (exec), so systemd supervises the component itself.
+
+Secrets come from the unit, never from the state directory: the API and the producers get
+theirs in their environment (EnvironmentFile), the ClickHouse server on its standard input
+(StandardInput=file:), read once and never in its environment, as `make up`'s pipe.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from confluent_kafka.admin import AdminClient
+
+from clickhouse.migrate import MigrationSettings, apply_migrations, connect
+from kafka import topics
+from kafka.security import KafkaClientSettings
+from stack import kafka_broker
+from stack.clickhouse_server.__main__ import SECRETS_FD_VAR
+from stack.config import REPO_ROOT, StackSettings
+from stack.processes import wait_until
+from stack.services import _http_ok, settings_env
+from stack.transient import KAFKA_STARTING, STARTING
+
+log = logging.getLogger("jobscope.service")
+
+DRAIN_TIMEOUT_S = 60.0
+"""The ClickHouse unit's stop waits this long for the readings topic to be consumed (its
+TimeoutStopSec leaves the server time to stop after it)."""
+READY_TIMEOUT_S = 240.0
+"""A start step waits this long for its server (the unit's TimeoutStartSec is longer)."""
+
+# The Kafka user each part connects as (stack/kafka_broker.py SCRAM_USERS).
+KAFKA_USERS = {"kafka": "admin", "clickhouse": "clickhouse", "producers": "producers", "api": "api"}
+
+
+def kafka_jars(settings: StackSettings) -> Path:
+    """The broker's jars, copied there by the install (the Maven cache is the installer's)."""
+    return settings.state_dir / "kafka" / "lib"
+
+
+def clickhouse_log_dir(settings: StackSettings) -> Path:
+    """The engine's own log (the server's goes to the journal), in a folder of its account."""
+    return settings.state_dir / "clickhouse-logs"
+
+
+def ipmi_cache_dir(settings: StackSettings) -> Path:
+    return settings.state_dir / "ipmi-sdr-cache"
+
+
+def kafka_env(settings: StackSettings, part: str) -> dict[str, str]:
+    """How `part` reaches the brokers, less its password (the unit's secret)."""
+    if not kafka_broker.sasl(settings):
+        return {}
+    user = KAFKA_USERS[part]
+    plain = user in kafka_broker.PLAIN_USERS
+    return {
+        "JOBSCOPE_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+        "JOBSCOPE_KAFKA_SASL_MECHANISM": "PLAIN" if plain else kafka_broker.MECHANISM,
+        "JOBSCOPE_KAFKA_SASL_USERNAME": user,
+    }
+
+
+def part_env(settings: StackSettings, part: str) -> dict[str, str]:
+    """The non-secret environment of `part` (kafka, clickhouse, producers, api)."""
+    env = {**settings_env(settings), **kafka_env(settings, part)}
+    if part == "clickhouse":
+        env["JOBSCOPE_CLICKHOUSE_ENGINE_LOG_FILE"] = str(
+            clickhouse_log_dir(settings) / "clickhouse-engine.log"
+        )
+        env["HOME"] = str(settings.state_dir / "clickhouse")
+    if part == "producers":
+        env["JOBSCOPE_IPMI_SDR_CACHE_DIR"] = str(ipmi_cache_dir(settings))
+    return env
+
+
+def read_secrets(stream_fd: int = 0) -> dict[str, str]:
+    """The `NAME=value` lines of the unit's secrets file on standard input."""
+    with os.fdopen(os.dup(stream_fd)) as stream:
+        lines = stream.read().splitlines()
+    return {
+        name.strip(): value.strip()
+        for name, sep, value in (line.partition("=") for line in lines)
+        if sep and not name.startswith("#")
+    }
+
+
+def _exec(argv: list[str], env: Mapping[str, str]) -> None:
+    """Replace this process with `argv` (the unit's main process), in the checkout."""
+    os.chdir(REPO_ROOT)
+    os.execve(argv[0], argv, {**os.environ, **env})
+
+
+def run_kafka(settings: StackSettings) -> None:
+    config = kafka_broker.node(settings, 1).state / "server.properties"
+    java = shutil.which("java")
+    if java is None:
+        raise RuntimeError("java is not on the PATH (Debian package default-jre-headless)")
+    _exec(
+        [
+            java,
+            f"-Xmx{settings.kafka_heap}",
+            f"-Dlog4j2.configurationFile={kafka_broker.KAFKA_DIR / 'log4j2.yaml'}",
+            "-cp",
+            f"{kafka_jars(settings)}/*",
+            "kafka.Kafka",
+            str(config),
+        ],
+        {},
+    )
+
+
+def kafka_ready(settings: StackSettings) -> None:
+    """Wait for the broker, then create the topics that do not exist yet (ExecStartPost)."""
+    client = KafkaClientSettings(**_kafka_client_values(settings, os.environ))
+    admin = AdminClient({**client.kafka_client(), "log_level": 0})
+    wait_until(
+        lambda: admin.list_topics(timeout=2).brokers,
+        READY_TIMEOUT_S,
+        f"Kafka on {settings.kafka_bootstrap}",
+        transient=KAFKA_STARTING,
+    )
+    optional = (topics.json_readings(settings.json_topic),) if settings.json_topic else ()
+    topics.ensure_topics(
+        settings.kafka_bootstrap,
+        (*topics.ALL_TOPICS, *optional),
+        replication_factor=settings.kafka_replication_factor,
+        min_insync_replicas=settings.kafka_min_insync_replicas,
+        security=client.kafka_security(),
+    )
+
+
+def _kafka_client_values(settings: StackSettings, secrets: Mapping[str, str]) -> dict[str, str]:
+    values = {"kafka_bootstrap": settings.kafka_bootstrap}
+    if kafka_broker.sasl(settings):
+        values |= {
+            "kafka_security_protocol": "SASL_PLAINTEXT",
+            "kafka_sasl_mechanism": os.environ["JOBSCOPE_KAFKA_SASL_MECHANISM"],
+            "kafka_sasl_username": os.environ["JOBSCOPE_KAFKA_SASL_USERNAME"],
+            "kafka_sasl_password": secrets["JOBSCOPE_KAFKA_SASL_PASSWORD"],
+        }
+    return values
+
+
+def run_clickhouse(settings: StackSettings) -> None:
+    """The server reads its passwords from standard input (the unit's secrets file)."""
+    _exec([sys.executable, "-m", "stack.clickhouse_server"], {SECRETS_FD_VAR: "0"})
+
+
+def _migration(settings: StackSettings, secrets: Mapping[str, str]) -> MigrationSettings:
+    return MigrationSettings(
+        clickhouse_host=settings.host,
+        clickhouse_port=settings.clickhouse_port,
+        clickhouse_admin_password=secrets["JOBSCOPE_CLICKHOUSE_ADMIN_PASSWORD"],
+        kafka_bootstrap=settings.kafka_bootstrap,
+        retention_days=settings.retention_days,
+    )
+
+
+def clickhouse_schema(settings: StackSettings) -> None:
+    """Wait for the server, then apply the schema migrations (ExecStartPost)."""
+    migration = _migration(settings, read_secrets())
+    wait_until(
+        lambda: _http_ok(f"{settings.clickhouse_url}/ping"),
+        READY_TIMEOUT_S,
+        f"ClickHouse on {settings.clickhouse_url}",
+        transient=STARTING,
+    )
+    apply_migrations(connect(migration), migration)
+
+
+def clickhouse_drain(settings: StackSettings) -> None:
+    """ExecStop, before the server gets SIGTERM: wait until ClickHouse consumed what the
+    readings topic holds (the producers and the API, ordered after it, are stopped), as
+    `make down` does; a server that is not answering (it failed) is not waited for."""
+    secrets = read_secrets()
+    try:
+        _http_ok(f"{settings.clickhouse_url}/ping")
+    except OSError:
+        log.warning("ClickHouse is not answering: nothing to drain")
+        return
+    migration = _migration(settings, secrets)
+    client = KafkaClientSettings(**_kafka_client_values(settings, secrets))
+
+    def consumed() -> bool:
+        lag = topics.consumer_lag(
+            settings.kafka_bootstrap,
+            migration.consumer_group,
+            migration.readings_topic,
+            security=client.kafka_security(),
+        )
+        return lag == 0
+
+    try:
+        wait_until(
+            consumed,
+            DRAIN_TIMEOUT_S,
+            "ClickHouse to consume the readings topic",
+            transient=KAFKA_STARTING,
+        )
+    except TimeoutError:
+        log.warning(
+            "stopping with readings not yet consumed after %.0f s: they stay in Kafka and are "
+            "consumed at the next start",
+            DRAIN_TIMEOUT_S,
+        )
+    else:
+        log.info("drained: ClickHouse consumed every reading of the topic")
+
+
+def run_producers(settings: StackSettings) -> None:
+    argv = [sys.executable, "-m", "producers", "--devices", str(settings.devices_file)]
+    _exec(argv, {})
+
+
+def run_api(settings: StackSettings) -> None:
+    _exec([sys.executable, "-m", "api"], {})
+
+
+STEPS: dict[str, tuple[str, Callable[[StackSettings], None]]] = {
+    "kafka": ("kafka", run_kafka),
+    "kafka-ready": ("kafka", kafka_ready),
+    "clickhouse": ("clickhouse", run_clickhouse),
+    "clickhouse-schema": ("clickhouse", clickhouse_schema),
+    "clickhouse-drain": ("clickhouse", clickhouse_drain),
+    "producers": ("producers", run_producers),
+    "api": ("api", run_api),
+}
+"""Each step and the part whose environment it runs in."""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m stack.service", description=__doc__)
+    parser.add_argument("step", choices=sorted(STEPS))
+    step = parser.parse_args().step
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    os.umask(0o077)
+    settings = StackSettings()
+    part, run = STEPS[step]
+    os.environ.update(part_env(settings, part))
+    run(settings)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

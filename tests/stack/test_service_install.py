@@ -1,0 +1,386 @@
+"""The service install (`python -m stack install`, stack/install.py).
+
+PID 1 here is not systemd, so no unit can run under systemd: the units are checked with
+`systemd-analyze verify`, and their command lines run under this test's supervision as
+systemd runs them: in the order of their After= dependencies, each with its
+EnvironmentFile= and StandardInput=file:, ExecStartPost= once ExecStart= runs, ExecStop=
+before SIGTERM, stopping in the reverse order, within TimeoutStopSec. Not exercised here:
+User= (tests never create accounts: every process runs as the test's user) and the sandbox
+settings (NoNewPrivileges=, ProtectSystem=, ...), which only systemd applies.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import IO, Any
+
+import httpx
+import pytest
+from confluent_kafka import Producer
+
+from clickhouse.migrate import MigrationSettings
+from kafka import topics
+from kafka.message import pack
+from kafka.reading import Reading
+from kafka.security import KafkaClientSettings
+from stack import install, kafka_broker, secrets
+from stack.config import REPO_ROOT
+from stack.processes import port_in_use, wait_until
+from stack.transient import KAFKA_STARTING, STARTING
+from tests import ports
+from tests.schedules import assert_unbroken
+
+PERIOD_MS = 200
+SHARED_PORTS = "lifecycle"  # the block of 100 is full: the lifecycle test's, never at once
+DEVICE = "svc-1"
+BURST_DEVICE = "svc-burst"
+BURST_MESSAGES = 100
+BURST_READINGS = 500
+
+pytestmark = pytest.mark.slow
+
+
+def install_env(devices: Path | None = None, **extra: str) -> dict[str, str]:
+    """The installer's environment: this session's ports, none of the caller's settings."""
+    kafka, controller, clickhouse, api, metrics = ports.ports(SHARED_PORTS)
+    env = {n: v for n, v in os.environ.items() if not n.startswith("JOBSCOPE_")}
+    return {
+        **env,
+        "JOBSCOPE_KAFKA_PORT": str(kafka),
+        "JOBSCOPE_KAFKA_CONTROLLER_PORT": str(controller),
+        "JOBSCOPE_KAFKA_HEAP": "512m",
+        "JOBSCOPE_CLICKHOUSE_PORT": str(clickhouse),
+        "JOBSCOPE_API_PORT": str(api),
+        "JOBSCOPE_PRODUCER_METRICS_PORT": str(metrics),
+        **({"JOBSCOPE_DEVICES_FILE": str(devices)} if devices else {}),
+        **extra,
+    }
+
+
+def run_install(root: Path, env: dict[str, str], command: str = "install") -> Any:
+    return subprocess.run(
+        [sys.executable, "-m", "stack", command, "--root", str(root)],
+        env=env,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+
+
+def parse_unit(path: Path) -> dict[str, list[str]]:
+    """`Section.Key` -> its values in order (a key may repeat, as EnvironmentFile=)."""
+    keys: dict[str, list[str]] = {}
+    section = ""
+    for line in path.read_text().splitlines():
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("["):
+            section = line.strip("[]")
+            continue
+        key, _, value = line.partition("=")
+        keys.setdefault(f"{section}.{key}", []).append(value)
+    return keys
+
+
+def start_order(units: dict[str, dict[str, list[str]]]) -> list[str]:
+    """The units in an order that honours every After= between them."""
+    after = {
+        name: {u for line in unit.get("Unit.After", []) for u in line.split() if u in units}
+        for name, unit in units.items()
+    }
+    order: list[str] = []
+    while len(order) < len(units):
+        ready = sorted(n for n in units if n not in order and after[n] <= set(order))
+        assert ready, f"a cycle among After= of {sorted(set(units) - set(order))}"
+        order.append(ready[0])
+    return order
+
+
+class Supervisor:
+    """Runs the units' commands as systemd would, keeping each main process' output in a
+    file (the journal's stand-in)."""
+
+    def __init__(self, units: dict[str, dict[str, list[str]]], logs: Path) -> None:
+        self.units = units
+        self.logs = logs
+        self.main: dict[str, subprocess.Popen[bytes]] = {}
+
+    def env(self, name: str) -> dict[str, str]:
+        base = {n: os.environ[n] for n in ("PATH", "JDK_JAVA_OPTIONS") if n in os.environ}
+        for path in self.units[name].get("Service.EnvironmentFile", []):
+            base |= install.read_env_file(Path(path.removeprefix("-")))
+        return base
+
+    def stdin(self, name: str) -> IO[bytes] | int:
+        given = self.units[name].get("Service.StandardInput", ["null"])[0]
+        if given.startswith("file:"):
+            return open(given.removeprefix("file:"), "rb")  # the caller closes it
+        return subprocess.DEVNULL
+
+    def argv(self, line: str) -> list[str]:
+        # no prefix (-, +, @, !) and no $VAR or %specifier: the line runs as written
+        assert line[0] not in "-+@!:" and "$" not in line and "%" not in line, line
+        return shlex.split(line)
+
+    def run(self, name: str, key: str) -> None:
+        unit = self.units[name]
+        timeout = float(unit.get("Service.TimeoutStartSec", ["90"])[0])
+        for line in unit.get(f"Service.{key}", []):
+            stdin = self.stdin(name)
+            try:
+                done = subprocess.run(
+                    self.argv(line),
+                    env=self.env(name),
+                    stdin=stdin,
+                    cwd=unit["Service.WorkingDirectory"][0],
+                    capture_output=True,
+                    text=True,
+                    timeout=timeout,
+                )
+            finally:
+                if not isinstance(stdin, int):
+                    stdin.close()
+            assert done.returncode == 0, f"{name} {key}={line}:\n{done.stdout}{done.stderr}"
+
+    def start(self, name: str) -> None:
+        unit = self.units[name]
+        stdin = self.stdin(name)
+        with open(self.logs / f"{name}.log", "ab") as log:
+            self.main[name] = subprocess.Popen(
+                self.argv(unit["Service.ExecStart"][0]),
+                env=self.env(name),
+                stdin=stdin,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=unit["Service.WorkingDirectory"][0],
+                start_new_session=True,
+            )
+        if not isinstance(stdin, int):
+            stdin.close()
+        self.run(name, "ExecStartPost")
+        assert self.main[name].poll() is None, f"{name} exited: {self.log(name)[-3000:]}"
+
+    def stop(self, name: str, after_exec_stop: Callable[[], None] | None = None) -> None:
+        unit = self.units[name]
+        proc = self.main.pop(name)
+        self.run(name, "ExecStop")
+        if after_exec_stop:
+            after_exec_stop()
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(float(unit.get("Service.TimeoutStopSec", ["90"])[0]))
+        # systemd's clean exits: 0, death by SIGHUP, SIGINT, SIGTERM or SIGPIPE, and the unit's own
+        clean = {0, -signal.SIGHUP, -signal.SIGINT, -signal.SIGTERM, -signal.SIGPIPE}
+        ok = clean | {
+            int(s) for line in unit.get("Service.SuccessExitStatus", []) for s in line.split()
+        }
+        assert proc.returncode in ok, f"{name} exited {proc.returncode}: {self.log(name)[-3000:]}"
+
+    def log(self, name: str) -> str:
+        return (self.logs / f"{name}.log").read_text(errors="replace")
+
+    def kill_all(self) -> None:
+        for proc in self.main.values():
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("root")
+    devices = root.parent / "devices.yaml"
+    devices.write_text(
+        f"- {{name: svc_value, device_id: {DEVICE}, url: 'tester://?metrics=1', "
+        f"update_every: {PERIOD_MS}}}\n"
+    )
+    done = run_install(root, install_env(devices))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "would run: useradd" in done.stdout  # not this machine's root: no account made
+    return root
+
+
+def units_of(root: Path) -> dict[str, dict[str, list[str]]]:
+    unit_dir = root / "etc" / "systemd" / "system"
+    return {p.name: parse_unit(p) for p in sorted(unit_dir.glob("jobscope-*.service"))}
+
+
+def test_units_verify(installed: Path) -> None:
+    unit_dir = installed / "etc" / "systemd" / "system"
+    files = sorted(map(str, unit_dir.glob("jobscope*")))
+    assert len(files) == 5, files
+    done = subprocess.run(
+        ["systemd-analyze", "verify", "--man=no", *files],
+        env={**os.environ, "SYSTEMD_UNIT_PATH": f"{unit_dir}:"},  # ours first, then the system's
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0 and not done.stdout + done.stderr, done.stdout + done.stderr
+    units = units_of(installed)
+    for name, unit in units.items():
+        assert unit["Service.Restart"] == ["on-failure"], name
+        assert unit["Service.StandardOutput"] == ["journal"], name
+        assert unit["Service.User"][0].startswith("jobscope-"), name
+        assert unit["Service.NoNewPrivileges"] == ["yes"], name
+        assert unit["Unit.PartOf"] == ["jobscope.target"], name
+    accounts = [unit["Service.User"][0] for unit in units.values()]
+    assert len(set(accounts)) == len(accounts), accounts
+    order = start_order(units)
+    assert order.index("jobscope-api.service") > order.index("jobscope-clickhouse.service")
+    assert order.index("jobscope-producers.service") > order.index("jobscope-kafka.service")
+    assert units["jobscope-clickhouse.service"]["Service.ExecStop"], "ClickHouse is not drained"
+
+
+def test_each_unit_holds_only_its_secrets(installed: Path) -> None:
+    etc = installed / "etc" / "jobscope"
+    config = (etc / "jobscope.env").read_text()
+    every = secrets.load_or_create(installed / "var" / "lib" / "jobscope")
+    assert not [n for n, v in every.items() if v in config], "a secret in jobscope.env"
+    units = units_of(installed)
+    held: dict[str, set[str]] = {}
+    for part in install.PARTS:
+        path = etc / "secrets" / f"{part}.env"
+        assert path.stat().st_mode & 0o777 == 0o600 and path.stat().st_uid == os.geteuid()
+        values = set(install.read_env_file(path).values())
+        held[part] = {n for n, v in every.items() if v in values}
+        unit = units[install.unit_name(part)]
+        if part == "clickhouse":  # on standard input only, never in its environment
+            assert unit["Service.StandardInput"] == [f"file:{path}"]
+            assert unit["Service.EnvironmentFile"] == [str(etc / "jobscope.env")]
+        else:
+            assert str(path) in unit["Service.EnvironmentFile"]
+    assert held["clickhouse"] == {
+        *secrets.OWNERS["clickhouse"],
+        "JOBSCOPE_KAFKA_CLICKHOUSE_PASSWORD",
+    }
+    assert held["api"] == set(secrets.OWNERS["api"])
+    assert held["producers"] == set(secrets.OWNERS["producers"])
+    assert held["kafka"] == {"JOBSCOPE_KAFKA_ADMIN_PASSWORD"}
+
+
+def test_bad_setting_refuses_to_install(tmp_path: Path) -> None:
+    done = run_install(tmp_path, install_env(JOBSCOPE_RETENTION_DAYS="0"))
+    assert done.returncode == 2 and "JOBSCOPE_RETENTION_DAYS" in done.stderr, done.stderr
+    assert not (tmp_path / "etc").exists()
+    # a component's setting, in the file an operator edits
+    config = tmp_path / "etc" / "jobscope" / "jobscope.env"
+    config.parent.mkdir(parents=True)
+    config.write_text("JOBSCOPE_READ_POLICY=everyone\n")
+    done = run_install(tmp_path, install_env())
+    assert done.returncode == 2 and "JOBSCOPE_READ_POLICY" in done.stderr, done.stderr
+    assert not (tmp_path / "etc" / "systemd").exists()
+    assert config.read_text() == "JOBSCOPE_READ_POLICY=everyone\n"
+
+
+def publish_burst(kafka: KafkaClientSettings) -> None:
+    """Readings of BURST_DEVICE written straight to the readings topic, as producers'
+    messages in flight when the stop began: ClickHouse's ExecStop must wait for them."""
+    producer = Producer({**kafka.kafka_client(), "linger.ms": 50})
+    start = int(datetime.now(UTC).timestamp() * 1e6) - 10_000_000
+    for m in range(BURST_MESSAGES):
+        stamp = start + m * BURST_READINGS
+        batch = [
+            Reading(stamp + i, BURST_DEVICE, "burst_value", float(i)) for i in range(BURST_READINGS)
+        ]
+        producer.produce(topics.READINGS.name, pack(batch).payload, key=BURST_DEVICE)
+    assert producer.flush(30) == 0
+
+
+def stamps_us(api_url: str, device: str = DEVICE) -> list[int]:
+    now = datetime.now(UTC).replace(tzinfo=None)
+    window = {"start_time": (now - timedelta(hours=1)).isoformat(), "end_time": now.isoformat()}
+    response = httpx.get(f"{api_url}/api/metrics", timeout=60, params={"devices": device, **window})
+    assert response.status_code == 200, response.text
+    return [
+        int(datetime.fromisoformat(r["timestamp"]).replace(tzinfo=UTC).timestamp() * 1e6)
+        for r in response.json()
+    ]
+
+
+def healthy(api_url: str) -> bool:
+    return httpx.get(f"{api_url}/health", timeout=10).status_code == 200
+
+
+@pytest.fixture
+def supervised(installed: Path, tmp_path: Path) -> Iterator[Supervisor]:
+    supervisor = Supervisor(units_of(installed), tmp_path)
+    try:
+        yield supervisor
+    finally:
+        supervisor.kill_all()
+
+
+def test_stop_all_start_all_loses_no_reading(installed: Path, supervised: Supervisor) -> None:
+    settings = ports.stack_settings(SHARED_PORTS)
+    api_url = settings.api_url
+    order = start_order(supervised.units)
+    every = secrets.load_or_create(installed / "var" / "lib" / "jobscope")
+    admin = KafkaClientSettings(
+        kafka_bootstrap=settings.kafka_bootstrap,
+        kafka_security_protocol="SASL_PLAINTEXT",
+        kafka_sasl_mechanism=kafka_broker.MECHANISM,
+        kafka_sasl_username="admin",
+        kafka_sasl_password=every["JOBSCOPE_KAFKA_ADMIN_PASSWORD"],
+    )
+    schema = MigrationSettings.model_fields
+
+    def drained() -> None:
+        """Right after ClickHouse's ExecStop, before its SIGTERM: nothing left to consume."""
+        lag = topics.consumer_lag(
+            settings.kafka_bootstrap,
+            schema["consumer_group"].default,
+            schema["readings_topic"].default,
+            security=admin.kafka_security(),
+        )
+        assert lag == 0, f"ClickHouse stops with {lag} readings not consumed"
+
+    def start_all() -> None:
+        for name in order:
+            supervised.start(name)
+        wait_until(lambda: healthy(api_url), 60, "the API's /health", transient=STARTING)
+
+    def stop_all() -> float:
+        stopped_producing = 0.0
+        for name in reversed(order):
+            if name == "jobscope-producers.service":
+                stopped_producing = datetime.now(UTC).timestamp()
+            if name == "jobscope-clickhouse.service":  # something left for the drain to do
+                publish_burst(admin)
+            hook = drained if name == "jobscope-clickhouse.service" else None
+            supervised.stop(name, hook)
+        return stopped_producing
+
+    start_all()
+    before = wait_until(lambda: len(s := stamps_us(api_url)) >= 20 and s, 90, "readings")
+    stopped_at = stop_all()
+    listening = ports.ports(SHARED_PORTS)
+    assert not any(port_in_use(settings.host, p) for p in listening)
+
+    start_all()
+    after = wait_until(
+        lambda: [s for s in stamps_us(api_url) if s < stopped_at * 1e6 + 1e6] or None,
+        60,
+        "the readings of the first run",
+        transient=KAFKA_STARTING,
+    )
+    assert set(before) <= set(after)
+    producers_log = supervised.log("jobscope-producers.service")
+    ticks = assert_unbroken(after, PERIOD_MS * 1000, producers_log, "svc_value")
+    # the last readings polled before the stop (in flight then) are there too
+    assert ticks[-1] * PERIOD_MS / 1000 >= stopped_at - 2.0, (ticks[-1], stopped_at)
+    wait_until(lambda: max(stamps_us(api_url)) > stopped_at * 1e6, 30, "new readings")
+    assert len(stamps_us(api_url, BURST_DEVICE)) == BURST_MESSAGES * BURST_READINGS
+    stop_all()
+
+    removed = run_install(installed, install_env(), "uninstall")
+    assert removed.returncode == 0, removed.stderr
+    assert not list((installed / "etc" / "systemd" / "system").glob("jobscope*"))
+    assert (installed / "etc" / "jobscope" / "jobscope.env").exists()
+    assert (installed / "var" / "lib" / "jobscope" / "clickhouse").exists()
