@@ -28,7 +28,7 @@ from stack import kafka_broker
 from stack.clickhouse_server.__main__ import SECRETS_FD_VAR
 from stack.config import REPO_ROOT, StackSettings
 from stack.processes import wait_until
-from stack.services import _http_ok, settings_env
+from stack.services import ensure_topics, http_ok, settings_env
 from stack.transient import KAFKA_STARTING, STARTING
 
 log = logging.getLogger("jobscope.service")
@@ -129,14 +129,7 @@ def kafka_ready(settings: StackSettings) -> None:
         f"Kafka on {settings.kafka_bootstrap}",
         transient=KAFKA_STARTING,
     )
-    optional = (topics.json_readings(settings.json_topic),) if settings.json_topic else ()
-    topics.ensure_topics(
-        settings.kafka_bootstrap,
-        (*topics.ALL_TOPICS, *optional),
-        replication_factor=settings.kafka_replication_factor,
-        min_insync_replicas=settings.kafka_min_insync_replicas,
-        security=client.kafka_security(),
-    )
+    ensure_topics(settings, client.kafka_security())
 
 
 def _kafka_client_values(settings: StackSettings, secrets: Mapping[str, str]) -> dict[str, str]:
@@ -170,7 +163,7 @@ def clickhouse_schema(settings: StackSettings) -> None:
     """Wait for the server, then apply the schema migrations (ExecStartPost)."""
     migration = _migration(settings, read_secrets())
     wait_until(
-        lambda: _http_ok(f"{settings.clickhouse_url}/ping"),
+        lambda: http_ok(f"{settings.clickhouse_url}/ping"),
         READY_TIMEOUT_S,
         f"ClickHouse on {settings.clickhouse_url}",
         transient=STARTING,
@@ -184,7 +177,7 @@ def clickhouse_drain(settings: StackSettings) -> None:
     `make down` does; a server that is not answering (it failed) is not waited for."""
     secrets = read_secrets()
     try:
-        _http_ok(f"{settings.clickhouse_url}/ping")
+        http_ok(f"{settings.clickhouse_url}/ping")
     except OSError:
         log.warning("ClickHouse is not answering: nothing to drain")
         return

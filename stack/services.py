@@ -254,20 +254,25 @@ def process(settings: StackSettings, name: str) -> ManagedProcess:
     return ManagedProcess(name, settings.pid_dir, settings.log_dir)
 
 
-def _http_ok(url: str) -> bool:
+def http_ok(url: str) -> bool:
     with urllib.request.urlopen(url, timeout=2) as response:
         return response.status == 200
 
 
 def start_kafka(settings: StackSettings) -> None:
     kafka_broker.start(settings)
+    ensure_topics(settings, kafka_broker.client_settings(settings).kafka_security())
+
+
+def ensure_topics(settings: StackSettings, security: dict[str, str]) -> None:
+    """The stack's topics (the JSON copy's too, where configured), created if missing."""
     optional = (topics.json_readings(settings.json_topic),) if settings.json_topic else ()
     topics.ensure_topics(
         settings.kafka_bootstrap,
         (*topics.ALL_TOPICS, *optional),
         replication_factor=settings.kafka_replication_factor,
         min_insync_replicas=settings.kafka_min_insync_replicas,
-        security=kafka_broker.client_settings(settings).kafka_security(),
+        security=security,
     )
 
 
@@ -311,7 +316,7 @@ def start_clickhouse(settings: StackSettings, timeout: float = 60.0, schema: boo
     finally:
         os.close(read_end)
     wait_until(
-        lambda: _http_ok(f"{settings.clickhouse_url}/ping"),
+        lambda: http_ok(f"{settings.clickhouse_url}/ping"),
         timeout,
         f"ClickHouse on {settings.clickhouse_url}",
         transient=STARTING,
@@ -392,7 +397,7 @@ def start_api(
         ports=[(settings.host, port)],
     )
     proc.wait_ready(
-        lambda: _http_ok(f"{url}/health"), timeout, f"the API on {url}", transient=STARTING
+        lambda: http_ok(f"{url}/health"), timeout, f"the API on {url}", transient=STARTING
     )
     return url
 

@@ -12,6 +12,9 @@ shifted by a whole number of blocks times the workers. tests/stack/test_ports.py
 from __future__ import annotations
 
 import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -99,3 +102,22 @@ def stack_settings(name: str, **settings: Any) -> StackSettings:
         producer_metrics_port=metrics,
         **settings,
     )
+
+
+@contextmanager
+def own_stack(name: str, devices: Path, device_id: str) -> Iterator[StackSettings]:
+    """A stack of its own for `name` (stopped and its state deleted first, stopped after),
+    whose producer polls one tester device `device_id` every 500 ms."""
+    from stack import services  # the stack's processes: only the tests that start one
+
+    devices.write_text(
+        f"- {{name: polled, device_id: {device_id}, url: 'tester://?metrics=2', "
+        "update_every: 500}\n"
+    )
+    settings = stack_settings(name, kafka_heap="512m", devices_file=devices)
+    services.stop_all(settings)
+    shutil.rmtree(settings.state_dir, ignore_errors=True)
+    try:
+        yield settings
+    finally:
+        services.stop_all(settings)

@@ -132,18 +132,8 @@ def backups() -> Iterator[Path]:
 
 @pytest.fixture
 def stack(tmp_path: Path) -> Iterator[StackSettings]:
-    devices = tmp_path / "devices.yaml"
-    devices.write_text(
-        "- {name: polled, device_id: backup-polled, url: 'tester://?metrics=2', "
-        "update_every: 500}\n"
-    )
-    settings = ports.stack_settings("backup", kafka_heap="512m", devices_file=devices)
-    services.stop_all(settings)
-    shutil.rmtree(settings.state_dir, ignore_errors=True)
-    try:
+    with ports.own_stack("backup", tmp_path / "devices.yaml", "backup-polled") as settings:
         yield settings
-    finally:
-        services.stop_all(settings)
 
 
 def start_storage(settings: StackSettings) -> Client:

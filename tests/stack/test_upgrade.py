@@ -88,18 +88,8 @@ def run_stack(
 
 @pytest.fixture
 def stack(tmp_path: Path) -> Iterator[StackSettings]:
-    devices = tmp_path / "devices.yaml"
-    devices.write_text(
-        "- {name: polled, device_id: upgrade-polled, url: 'tester://?metrics=2', "
-        "update_every: 500}\n"
-    )
-    settings = ports.stack_settings("upgrade", kafka_heap="512m", devices_file=devices)
-    services.stop_all(settings)
-    shutil.rmtree(settings.state_dir, ignore_errors=True)
-    try:
+    with ports.own_stack("upgrade", tmp_path / "devices.yaml", "upgrade-polled") as settings:
         yield settings
-    finally:
-        services.stop_all(settings)
 
 
 @pytest.fixture
