@@ -22,7 +22,7 @@ from bench import results as result_files
 from bench.dataset import START, load_or_generate
 from bench.machine import LoadSampler
 from bench.profiles import FULL, QUICK
-from bench.runner import INGEST_PART, run_all
+from bench.runner import INGEST_PART, QUERIES_PART, run_all
 from bench.systems.base import System
 from bench.systems.jobscope import Jobscope
 from bench.systems.postgres import Postgres
@@ -35,8 +35,9 @@ SYSTEMS: dict[str, Callable[[Path], System]] = {
     "postgres": Postgres,
 }
 # jobscope's extra measurements (--only); `ingest` (bench/runner.py INGEST_PART): every
-# system's load, compaction and storage alone
-ONLY_STEPS = (INGEST_PART, "rollups", "freshness", "api", "abuse", "floor", "drain")
+# system's load, compaction and storage alone; `queries` (QUERIES_PART): every system's load,
+# compaction and query shapes alone
+ONLY_STEPS = (INGEST_PART, QUERIES_PART, "rollups", "freshness", "api", "abuse", "floor", "drain")
 # Producers' polling benchmarks (bench/polling/<step>.py), after the storage part; with --only
 # naming nothing else, the storage part (data set, systems' load) is skipped.
 POLLING_STEPS = ("snmp", "ipmi", "ondemand", "prometheus", "wattmeter", "live", "remote_write")
@@ -55,7 +56,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--systems",
         default=None,
         help="comma-separated subset of: " + ", ".join(SYSTEMS) + " (default: all; "
-        "jobscope with --only, unless it names ingest)",
+        "jobscope with --only, unless it names ingest or queries)",
     )
     parser.add_argument(
         "--only",
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     storage_only = only & set(ONLY_STEPS) if only else None
     polling = [s for s in POLLING_STEPS if only is None or s in only]
-    jobscope_only = only is not None and INGEST_PART not in only
+    jobscope_only = only is not None and not only & {INGEST_PART, QUERIES_PART}
     systems_arg = args.systems or ("jobscope" if jobscope_only else ",".join(SYSTEMS))
     chosen = [s.strip() for s in systems_arg.split(",") if s.strip()]
     unknown = set(chosen) - set(SYSTEMS)

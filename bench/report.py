@@ -81,9 +81,13 @@ NOTES = [
     "DESC), (device_id, timestamp DESC), the partial alias index), declarative 6-hour range "
     "partitions instead of 6-hour hypertable chunks, no chunk compression (Kwollect "
     "compresses chunks after 24 h) and no metrics_summary continuous aggregate.",
-    "Queries fetch every value of the selection completely in the client: VictoriaMetrics "
-    "/api/v1/export (JSON lines), PostgreSQL COPY (SELECT ...) TO STDOUT, jobscope through "
-    "clickhouse-connect with bound parameters. Median of the runs.",
+    "Queries fetch every value of the selection completely in the client, at each system's "
+    "user layer, over a client kept between fetches: jobscope its API (GET /api/metrics in "
+    "the API's fastest format for the shape, named beside the time), VictoriaMetrics "
+    "/api/v1/export (JSON lines), PostgreSQL COPY (SELECT ...) TO STDOUT on one kept "
+    "connection; the ratios compare these. Beside jobscope's, its time straight from "
+    "ClickHouse (Native, the API bypassed). One untimed fetch first on every system, then "
+    "the median of the runs.",
     "The same phases for every system: the load, timed until every reading is queryable by "
     "one cheap check (jobscope count() of metrics, VictoriaMetrics its /metrics row counters, "
     "PostgreSQL the COPYs' commits), its CPU including what follows at once (jobscope's "
@@ -121,6 +125,8 @@ def flatten(systems: dict[str, dict[str, Any]], extra: dict[str, Any]) -> dict[s
         "freshness_p50_s": ours.get("freshness_p50_s"),
         "freshness_p99_s": ours.get("freshness_p99_s"),
         "query_100dev_10min_s": ours.get("query_100dev_10min_s"),
+        "query_100dev_10min_format": _shape(ours, KEY_SELECTION).get("format"),
+        "query_100dev_10min_direct_s": _direct(ours, KEY_SELECTION),
         "bytes_per_reading": ours.get("bytes_per_reading"),
         "bytes_per_reading_int": ours.get("bytes_per_reading_int"),
         "query_floor_s": ours.get("query_floor_s"),
@@ -149,6 +155,8 @@ def flatten(systems: dict[str, dict[str, Any]], extra: dict[str, Any]) -> dict[s
         name: {sel: q["seconds"] for sel, q in r.get("queries", {}).items()}
         for name, r in systems.items()
     }
+    out["queries_direct_s"] = {sel: _direct(ours, sel) for sel in ours.get("queries", {})}
+    out["query_layers"] = {name: r.get("query_layer") for name, r in systems.items()}
     out["errors"] = {name: r["error"] for name, r in systems.items() if "error" in r}
     for name, r in systems.items():
         for step, error in r.get("failed_measurements", {}).items():
@@ -157,6 +165,25 @@ def flatten(systems: dict[str, dict[str, Any]], extra: dict[str, Any]) -> dict[s
     out["notes"] = NOTES
     out["systems"] = systems
     return out
+
+
+def _shape(r: dict[str, Any], selection: str) -> dict[str, Any]:
+    """A system's figures of one query shape (empty if it has none)."""
+    return r.get("queries", {}).get(selection, {})
+
+
+def _direct(r: dict[str, Any], selection: str) -> float | None:
+    """jobscope's time of a shape straight from ClickHouse, the API bypassed."""
+    return _shape(r, selection).get("layers", {}).get("clickhouse_direct")
+
+
+def _query_detail(r: dict[str, Any], selection: str) -> str:
+    """What a query figure is beside: the API's format, the time straight from ClickHouse."""
+    q = _shape(r, selection)
+    parts = [q["format"]] if q.get("format") else []
+    if (direct := _direct(r, selection)) is not None:
+        parts.append(f"ClickHouse directly {direct:.3f}")
+    return f" ({'; '.join(parts)})" if parts else ""
 
 
 def _fmt(value: float | None, fmt: str, scale: float = 1) -> str:
@@ -178,23 +205,23 @@ def markdown(systems: dict[str, dict[str, Any]], results: dict[str, Any]) -> str
         if QUERY_KEYS.get(sel) not in key_rows
     ]
 
-    def row(title: str, get: Any, fmt: str, key: str) -> None:
-        cells = [title] + [_fmt(get(systems[n]), fmt) for n in names]
+    def row(title: str, get: Any, fmt: str, key: str, selection: str | None = None) -> None:
+        """`selection`: a query shape, whose cells say what each figure is beside."""
+        cells = [title] + [
+            _fmt(get(systems[n]), fmt) + (_query_detail(systems[n], selection) if selection else "")
+            for n in names
+        ]
         if OURS in systems:
             for p in peers:
                 r = ratio(get(systems[OURS]), get(systems[p]), key)
                 cells.append("n/a" if r is None else f"{r:.2f}x")
         lines.append("| " + " | ".join(cells) + " |")
 
+    by_key = {key: sel for sel, key in QUERY_KEYS.items()}
     for title, key, fmt in ROWS:
-        row(title, lambda r, key=key: r.get(key), fmt, key)
+        row(title, lambda r, key=key: r.get(key), fmt, key, by_key.get(key))
     for title, sel in query_rows:
-        row(
-            title,
-            lambda r, sel=sel: r.get("queries", {}).get(sel, {}).get("seconds"),
-            "{:.3f}",
-            "query",
-        )
+        row(title, lambda r, sel=sel: _shape(r, sel).get("seconds"), "{:.3f}", "query", sel)
     if OURS in systems:
         for title, value in jobscope_rows(systems[OURS]):
             lines.append("| " + " | ".join([title, value] + [""] * (len(head) - 2)) + " |")

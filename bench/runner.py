@@ -17,17 +17,28 @@ from bench.systems.base import Selection, System
 log = logging.getLogger("bench")
 # `--only ingest`: every system's load, compaction and storage, nothing after.
 INGEST_PART = "ingest"
+# `--only queries`: every system's load, compaction and query shapes, nothing after.
+QUERIES_PART = "queries"
 
 
 def time_query(
-    system: System, data: Dataset, selection: Selection, repeats: int, expected: int
+    system: System,
+    data: Dataset,
+    selection: Selection,
+    repeats: int,
+    expected: int,
+    fetch: Callable[[Dataset, Selection], Any] | None = None,
 ) -> dict[str, Any]:
-    """Fetch `selection` `repeats` times; check every value came back; median seconds."""
+    """Fetch `selection` (by `fetch`, else the system's user layer) once untimed, so that
+    every system's client and caches are warm alike, then `repeats` times; check every value
+    came back each time; median seconds."""
+    fetch = fetch or system.fetch
     runs = []
-    for _ in range(repeats):
+    for timed in [False] + [True] * repeats:
         start = time.perf_counter()
-        fetched = system.fetch(data, selection)
-        runs.append(time.perf_counter() - start)
+        fetched = fetch(data, selection)
+        if timed:
+            runs.append(time.perf_counter() - start)
         got = system.count(fetched)
         del fetched
         if got != expected:
@@ -91,6 +102,39 @@ def storage_phase(system: System, data: Dataset) -> dict[str, Any]:
     return out
 
 
+def query_phase(system: System, data: Dataset, profile: Profile) -> dict[str, Any]:
+    """Every query shape at the system's user layer (`fetch`, after `prepare_fetch`), and at
+    its other layers (`query_layers`) beside it under `layers`."""
+    by_devices, by_window = selections(data.spec)
+    queries: dict[str, Any] = {}
+    for sel in [*by_devices, *by_window]:
+        if sel.name in queries:
+            continue
+        expected = data.count(list(sel.devices), sel.start_us, sel.end_us, system.timestamp_unit_us)
+        prepared = system.prepare_fetch(data, sel)
+        q = time_query(system, data, sel, profile.repeats, expected)
+        queries[sel.name] = q = {**q, **prepared}
+        layers = {
+            layer: time_query(system, data, sel, profile.repeats, expected, fetch)["seconds"]
+            for layer, fetch in system.query_layers().items()
+        }
+        if layers:
+            q["layers"] = layers
+        log.info(
+            "%s: %s: %.3f s (%s values)%s",
+            system.label,
+            sel.name,
+            q["seconds"],
+            f"{expected:,}",
+            "".join(f"; {layer} {s:.3f} s" for layer, s in layers.items()),
+        )
+    return {
+        "queries": queries,
+        "query_100dev_10min_s": queries[KEY_SELECTION]["seconds"],
+        "query_layer": system.query_layer,
+    }
+
+
 def run_system(
     system: System,
     data: Dataset,
@@ -111,34 +155,21 @@ def run_system(
         log.info("%s: loading %s readings", system.label, f"{data.spec.readings:,}")
         system.warm(data)
         result.update(ingest_phases(system, data))
-        if only is None or INGEST_PART in only:
+        if only is None or only & {INGEST_PART, QUERIES_PART}:
             step = "compaction"
             result.update(compaction_phase(system, data))
+        if only is None or INGEST_PART in only:
             step = "storage"
             result.update(storage_phase(system, data))
+        if only is not None and QUERIES_PART in only:
+            step = "queries"
+            result.update(query_phase(system, data, profile))
         if only is not None:
             step = "extra measurements"
             result.update(system.extra_measurements(data, quick, only))
             return result
         step = "queries"
-        by_devices, by_window = selections(data.spec)
-        queries: dict[str, Any] = {}
-        for sel in [*by_devices, *by_window]:
-            if sel.name in queries:
-                continue
-            expected = data.count(
-                list(sel.devices), sel.start_us, sel.end_us, system.timestamp_unit_us
-            )
-            queries[sel.name] = time_query(system, data, sel, profile.repeats, expected)
-            log.info(
-                "%s: %s: %.3f s (%s values)",
-                system.label,
-                sel.name,
-                queries[sel.name]["seconds"],
-                f"{expected:,}",
-            )
-        result["queries"] = queries
-        result["query_100dev_10min_s"] = queries[KEY_SELECTION]["seconds"]
+        result.update(query_phase(system, data, profile))
         step = "storage of the integer variant"
         log.info("%s: storage of the integer variant", system.label)
         result["bytes_per_reading_int"] = system.storage_bytes_of(data_int) / data_int.spec.readings

@@ -54,6 +54,7 @@ class System(ABC):
     name: str  # key prefix in bench-results.json
     label: str  # shown in tables and plots
     timestamp_unit_us: int = 1  # 1000 for a system that keeps milliseconds only
+    query_layer: str = ""  # how `fetch` reaches the data, shown beside the query figures
 
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir.resolve()
@@ -96,11 +97,22 @@ class System(ABC):
 
     @abstractmethod
     def fetch(self, data: Dataset, selection: Selection) -> Any:
-        """Retrieve every value of `selection` completely, as a client would (timed)."""
+        """Retrieve every value of `selection` completely at the system's user layer (what
+        `query_layer` says), as its client would, the client kept between calls (timed)."""
 
     @abstractmethod
     def count(self, fetched: Any) -> int:
         """The number of values in a `fetch` result (untimed, to check it is complete)."""
+
+    def prepare_fetch(self, data: Dataset, selection: Selection) -> dict[str, Any]:
+        """Untimed, before a shape's fetches: what the system's client settles on for it
+        (jobscope: the API's fastest format for the shape). Its figures go with the shape's."""
+        return {}
+
+    def query_layers(self) -> dict[str, Callable[[Dataset, Selection], Any]]:
+        """Other layers the same shapes are timed at, beside the user's (`fetch`), each
+        result counted by `count` (jobscope: straight from ClickHouse, the API bypassed)."""
+        return {}
 
     def storage_bytes_of(self, data: Dataset) -> int:
         """Load `data` into a separate, fresh store of the same kind, settle and compact it
@@ -131,6 +143,8 @@ class System(ABC):
 
 
 T = TypeVar("T")
+# HTTP clients' headers for query answers: on loopback compressing costs more than it saves.
+IDENTITY = {"Accept-Encoding": "identity"}
 
 
 def run_parallel(work: Callable[[int, T], None], items: Sequence[T], timeout: float) -> None:

@@ -1,5 +1,7 @@
 """jobscope itself: Kafka broker + local ClickHouse server with the real schema, started by
 the stack's own functions (stack/services.py), fed through Kafka as the producers feed it.
+The common query shapes are fetched through the API (`fetch`, the user's layer) and, beside
+them, straight from ClickHouse (`query_layers`).
 
 Measured here, beyond the common figures:
 - ingest end to end (`ingest_e2e_readings_per_s` in the results): from the first message
@@ -37,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import chdb
+import httpx
 import numpy as np
 from clickhouse_connect.driver.client import Client
 from confluent_kafka import KafkaError, Message, Producer
@@ -46,7 +49,7 @@ from bench.dataset import US, Dataset, utc
 from bench.polling.cpu import cpu_seconds
 from bench.polling.producer import start_producer
 from bench.systems import jobscope_abuse, jobscope_api, jobscope_rollups
-from bench.systems.base import Ingest, Selection, System, run_parallel
+from bench.systems.base import IDENTITY, Ingest, Selection, System, run_parallel
 from clickhouse.migrate import MigrationSettings, apply_migrations
 from clickhouse.schema import file_statements
 from kafka import topics
@@ -84,6 +87,7 @@ _QUEUE_COLUMNS = re.compile(
 )
 # The error stream, dropped: it fans rows out to ingest_errors, which the bare pipeline lacks.
 _ERROR_STREAM = re.compile(r"\s*kafka_handle_error_mode = '\w+',")
+FORMAT_TRIALS = 2  # fetches of a shape in each of the API's formats, the best one kept
 READINGS_SQL = (
     "SELECT timestamp, device_id, metric_id, value, labels FROM metrics "
     "WHERE device_id IN {devices:Array(String)} "
@@ -94,6 +98,11 @@ READINGS_SQL = (
 class Jobscope(System):
     name = "jobscope"
     label = "jobscope"
+    query_layer = (
+        "the API, GET /api/metrics?devices=... in the API's fastest format for the shape "
+        "(`format` beside each shape), over one kept-alive HTTP client; beside it (`layers`: "
+        "`clickhouse_direct`) the same readings straight from ClickHouse in Native"
+    )
 
     def __init__(self, workdir: Path) -> None:
         super().__init__(workdir)
@@ -108,6 +117,8 @@ class Jobscope(System):
         )
         self.admin: Client | None = None
         self.reader: Client | None = None
+        self.http: httpx.Client | None = None
+        self.formats: dict[str, str] = {}  # query shape -> the API's fastest format for it
         self.topic_serial = 0
 
     def version(self) -> str:
@@ -135,6 +146,8 @@ class Jobscope(System):
         )
 
     def stop(self) -> None:
+        if self.http is not None:
+            self.http.close()
         for client in (self.admin, self.reader):
             if client is not None:
                 with contextlib.suppress(Exception):
@@ -475,9 +488,54 @@ class Jobscope(System):
 
     # -- queries ---------------------------------------------------------------------------
 
-    def fetch(self, data: Dataset, selection: Selection) -> bytes:
+    def prepare_fetch(self, data: Dataset, selection: Selection) -> dict[str, Any]:
+        """The API's fastest format for the shape, as a client that measured them would use:
+        each format fetched FORMAT_TRIALS times (answers counted), the least best time kept.
+        The API is started (records off, nothing computed beside the queries) if it is not."""
+        if self.http is None:
+            self._restart_api({"JOBSCOPE_RECORDS_INTERVAL_S": "0"})
+            self.http = httpx.Client(
+                base_url=self.settings.api_url, timeout=TIMEOUT, headers=IDENTITY
+            )
+        trials: dict[str, float] = {}
+        for fmt in jobscope_api.FORMATS:
+            runs = []
+            for _ in range(FORMAT_TRIALS):
+                began = time.perf_counter()
+                fetched = self._api_fetch(data, selection, fmt)
+                runs.append(time.perf_counter() - began)
+                self.count(fetched)
+            trials[fmt] = min(runs)
+        self.formats[selection.name] = best = min(trials, key=trials.__getitem__)
+        return {"format": best, "format_trials_s": trials}
+
+    def fetch(self, data: Dataset, selection: Selection) -> tuple[str, list[bytes]]:
+        """Through the API (`query_layer`), in the format `prepare_fetch` chose."""
+        return self._api_fetch(data, selection, self.formats[selection.name])
+
+    def _api_fetch(self, data: Dataset, selection: Selection, fmt: str) -> tuple[str, list[bytes]]:
+        """`GET /api/metrics` of the selection's devices and window (the API's end is
+        inclusive) in `fmt`, the body received completely; (format, body)."""
+        assert self.http is not None
+        params = {
+            "devices": ",".join(selection.device_names(data)),
+            "start_time": utc(selection.start_us).isoformat(),
+            "end_time": utc(selection.end_us - 1).isoformat(),
+            "format": fmt,
+        }
+        with self.http.stream("GET", "/api/metrics", params=params) as response:
+            if response.status_code != 200:
+                response.read()
+                raise RuntimeError(f"API {fmt}: HTTP {response.status_code}: {response.text}")
+            return fmt, list(response.iter_bytes())
+
+    def query_layers(self) -> dict[str, Callable[[Dataset, Selection], Any]]:
+        return {"clickhouse_direct": self._fetch_direct}
+
+    def _fetch_direct(self, data: Dataset, selection: Selection) -> bytes:
         """As the read-only user (which reads with FINAL, as the API does): every column in
-        ClickHouse's Native format, received completely by clickhouse-connect."""
+        ClickHouse's Native format, received completely by clickhouse-connect (the API
+        bypassed)."""
         assert self.reader is not None
         return self.reader.raw_query(
             READINGS_SQL,
@@ -489,8 +547,11 @@ class Jobscope(System):
             fmt="Native",
         )
 
-    def count(self, fetched: bytes) -> int:
-        """Rows in a Native result, decoded by the ClickHouse engine in this process."""
+    def count(self, fetched: bytes | tuple[str, list[bytes]]) -> int:
+        """Rows in an API answer (by its format), or in a Native result, decoded by the
+        ClickHouse engine in this process."""
+        if isinstance(fetched, tuple):
+            return jobscope_api.rows(*fetched)
         path = self.workdir / "fetched.native"
         path.write_bytes(fetched)
         try:
@@ -573,8 +634,9 @@ class Jobscope(System):
 
     def _floor(self) -> dict[str, Any]:
         """`query_floor_s`: the median of a one-row query (`SELECT 1`) as the query shapes
-        are fetched (clickhouse-connect through the HTTP front), beside the same statement in
-        an engine of this process (`engine_select1_s`): what the front adds to every query."""
+        are fetched straight from ClickHouse (clickhouse-connect through the HTTP front),
+        beside the same statement in an engine of this process (`engine_select1_s`): what the
+        front adds to every query."""
         assert self.reader is not None
         reader = self.reader
 

@@ -33,6 +33,7 @@ class Postgres(System):
     name = "peer_postgres"
     label = "PostgreSQL 15"
     workers = 2
+    query_layer = "COPY (SELECT ...) TO STDOUT (text) over one connection kept open"
 
     def __init__(self, workdir: Path) -> None:
         super().__init__(shared_dir(workdir))  # the postgres user must reach it
@@ -41,6 +42,7 @@ class Postgres(System):
         self.port = 0
         self.started = False
         self.tables: list[str] = []
+        self.query_conn: psycopg.Connection | None = None
 
     def version(self) -> str:
         return dpkg_version("postgresql-15")
@@ -186,11 +188,17 @@ class Postgres(System):
             conn.execute(f"VACUUM ANALYZE {table}")
         return self._size(table)
 
+    def _query_connection(self) -> psycopg.Connection:
+        """The querying client's one connection (a pool of one), opened at its first fetch and
+        kept: no backend started, no catalog cache filled, per fetch."""
+        if self.query_conn is None or self.query_conn.closed:
+            self.query_conn = self._connect()
+        return self.query_conn
+
     def fetch(self, data: Dataset, selection: Selection) -> bytes:
         out = bytearray()
         with (
-            self._connect() as conn,
-            conn.cursor() as cur,
+            self._query_connection().cursor() as cur,
             cur.copy(
                 "COPY (SELECT timestamp, device_id, metric_id, value, labels FROM metrics "
                 "WHERE device_id = ANY(%s) AND timestamp >= %s AND timestamp < %s) TO STDOUT",
@@ -205,6 +213,10 @@ class Postgres(System):
         return fetched.count(b"\n")
 
     def stop(self) -> None:
+        if self.query_conn is not None:
+            with contextlib.suppress(psycopg.Error):
+                self.query_conn.close()
+            self.query_conn = None
         if not self.started:
             return
         self.started = False

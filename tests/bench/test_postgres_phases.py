@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench.dataset import DatasetSpec, load_or_generate
+from bench.systems.base import Selection
 from bench.systems.postgres import PG_BIN, Postgres
 
 
@@ -35,3 +36,28 @@ def test_phases_and_storage_of_every_table(tmp_path: Path) -> None:
         assert pg.storage_bytes() == sum(by_table.values())
     finally:
         pg.stop()
+
+
+def test_fetches_reuse_one_kept_connection(tmp_path: Path) -> None:
+    """The querying client keeps one connection (issue 32: a new one per fetch timed a fork
+    and cold caches): after three fetches one backend, the one that ran them, is still
+    connected; a fetch on a connection of its own would leave none, a leaked one three."""
+    data = load_or_generate(DatasetSpec(devices=2, duration_s=60), tmp_path / "data")
+    pg = Postgres(tmp_path / "pg")
+    pg.start()
+    try:
+        pg.load(data)
+        selection = Selection("both", (0, 1), data.spec.start_us, data.spec.end_us)
+        for _ in range(3):
+            assert pg.count(pg.fetch(data, selection)) == data.spec.readings
+        with pg._connect() as conn:
+            backends = conn.execute(
+                "SELECT pid FROM pg_stat_activity "
+                "WHERE backend_type = 'client backend' AND query LIKE 'COPY (SELECT%'"
+            ).fetchall()
+        pids = [pid for (pid,) in backends]
+        assert len(pids) == 1
+        assert pg.query_conn is not None and pids == [pg.query_conn.info.backend_pid]
+    finally:
+        pg.stop()
+    assert pg.query_conn is None  # closed with the server
