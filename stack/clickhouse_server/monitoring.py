@@ -33,7 +33,7 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from kafka.topics import consumer_lag
@@ -106,7 +106,7 @@ class _Expensive:
 
     def read(self) -> list[Metric]:
         found: list[Metric] = []
-        for part in (self._disk, self._rollups, self._lag):
+        for part in (self._disk, self._write_failures, self._rollups, self._lag):
             try:
                 found.extend(part())
             except Exception as exc:  # a figure that fails is left out; the others are served
@@ -135,6 +135,22 @@ class _Expensive:
             days.add_metric([], free / per_day if per_day > 0 else float("inf"))
             found += [growth, days]
         return found
+
+    def _write_failures(self) -> list[Metric]:
+        """The engine's refused file writes since it started. chdb 4.1.7 counts a write that
+        fails (ENOSPC) and carries on, committing the part it was writing with empty files
+        (tests/clickhouse/test_engine_write_errors.py): any increase means stored readings
+        were lost, which no query reports."""
+        rows = self._query(
+            "SELECT value FROM system.events "
+            "WHERE event = 'WriteBufferFromFileDescriptorWriteFailed'"
+        )
+        failed = CounterMetricFamily(
+            PREFIX + "file_write_failures",
+            "file writes the engine saw fail (a full disk): each may have lost stored data",
+        )
+        failed.add_metric([], int(rows[0][0]) if rows else 0)
+        return [failed]
 
     def _rollups(self) -> list[Metric]:
         rows = self._query(

@@ -156,6 +156,7 @@ def test_every_part_scraped_and_alerting(
         ),
         "jobscope_clickhouse_data_bytes": (1, 1e12),
         "jobscope_clickhouse_disk_free_bytes": (1, 1e15),
+        "jobscope_clickhouse_file_write_failures_total": (0, 0),
         'jobscope_clickhouse_engine_connections{pool="read_write"}': (0, 8),
         "jobscope_clickhouse_client_connections": (1, 1024),
         "jobscope_api_exports_streaming": (0, 8),
