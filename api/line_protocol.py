@@ -68,10 +68,17 @@ def text_of(body: bytes, encoding: str, limit: int) -> str:
 
 
 def parse(
-    text: str, precision: str, settings: ApiSettings, who: Principal, devices: PushDevices
+    body: bytes,
+    encoding: str,
+    precision: str,
+    settings: ApiSettings,
+    who: Principal,
+    devices: PushDevices,
 ) -> push.Batch:
-    """The readings of line protocol `text`; 400 naming the first unusable line, 413 past
-    JOBSCOPE_PUSH_MAX_READINGS fields: nothing of it is kept."""
+    """The readings of a line protocol body sent with `Content-Encoding: encoding` (run in a
+    worker thread: decompressing and parsing take CPU); 400 naming the first unusable line,
+    413 past JOBSCOPE_PUSH_MAX_READINGS fields: nothing of it is kept."""
+    text = text_of(body, encoding, settings.push_max_body_bytes)
     if precision not in PRECISIONS_US:
         raise ParameterError("precision", f"{precision!r}: one of {', '.join(PRECISIONS_US)}")
     unit_us = PRECISIONS_US[precision]

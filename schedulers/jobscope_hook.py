@@ -382,15 +382,26 @@ _DETAIL_MEM = re.compile(r"\bMem=(\d+)\b")
 _GPU_IDX = re.compile(r"\bgpu(?::[^:(),\s]+)*\(IDX:([0-9,\-]+)\)")
 
 
+MAX_CPU_ID, MAX_GPUS, MAX_GPU_INDEX, MAX_MEMORY_MB = 65_535, 256, 4095, 1 << 40
+"""The API's limits (kafka/allocations.py; the hooks load nothing of jobscope): one value past
+them would make the API refuse the whole job, so such a value is left out here instead."""
+
+
+def is_number(text: str) -> bool:
+    """ASCII digits only (`str.isdigit` also takes `²`, which `int` refuses)."""
+    return re.fullmatch(r"[0-9]{1,10}", text) is not None
+
+
 def index_list(text: str) -> list[str]:
-    """`0-1,3` as ["0", "1", "3"]; [] if it is not such a list (or holds over 4096 ids)."""
+    """`0-1,3` as ["0", "1", "3"]; [] if it is not such a list (or holds over 4096 ids, or
+    one above MAX_CPU_ID)."""
     ids: list[str] = []
     for item in text.split(","):
         first, _, last = item.strip().partition("-")
-        if not first.isdigit() or (last and not last.isdigit()):
+        if not is_number(first) or (last and not is_number(last)):
             return []
         end = int(last or first)
-        if end < int(first) or end - int(first) + len(ids) >= 4096:
+        if end < int(first) or end > MAX_CPU_ID or end - int(first) + len(ids) >= 4096:
             return []
         ids += [str(i) for i in range(int(first), end + 1)]
     return ids
@@ -588,11 +599,16 @@ def _oar_node_entry(values: dict[str, list[Any]]) -> dict[str, Any]:
         ids = sorted({int(i) for found in cpus for i in found})
         entry["cpus"] = ",".join(str(i) for i in ids)
     gpus = [str(g).strip() for g in values["gpus"] if g not in (None, "")]
-    if gpus and all(g.isdigit() for g in gpus):
-        entry["gpus"] = sorted(set(gpus), key=int)
+    held = set(gpus)
+    if (
+        held
+        and len(held) <= MAX_GPUS
+        and all(is_number(g) and int(g) <= MAX_GPU_INDEX for g in held)
+    ):
+        entry["gpus"] = sorted(held, key=int)
     memory = [str(m).strip() for m in values["memory_mb"]]
-    if memory and all(m.isdigit() for m in memory):
-        entry["memory_mb"] = sum(int(m) for m in memory)
+    if memory and all(is_number(m) for m in memory) and sum(map(int, memory)) <= MAX_MEMORY_MB:
+        entry["memory_mb"] = sum(map(int, memory))
     return entry
 
 
@@ -601,7 +617,7 @@ def oar_job_allocations(hook: Hook, entry: Mapping[str, Any]) -> dict[str, dict[
     the properties of its assigned resources; {} (logged, if oarnodes failed) otherwise."""
     if hook.setting("JOBSCOPE_OAR_ALLOCATIONS").lower() != "yes":
         return {}
-    ids = {str(r) for r in entry.get("assigned_resources") or [] if str(r).isdigit()}
+    ids = {str(r) for r in entry.get("assigned_resources") or [] if is_number(str(r))}
     properties = [
         hook.setting("JOBSCOPE_OAR_GPU_PROPERTY", OAR_GPU_PROPERTY),
         hook.setting("JOBSCOPE_OAR_MEMORY_PROPERTY"),

@@ -104,6 +104,21 @@ def stack_settings(name: str, **settings: Any) -> StackSettings:
     )
 
 
+def stack_environ(settings: StackSettings) -> dict[str, str]:
+    """The variables giving a `python -m stack` subprocess `settings`' state folder, ports,
+    Kafka heap and devices file."""
+    return {
+        "JOBSCOPE_STATE_DIR": str(settings.state_dir),
+        "JOBSCOPE_KAFKA_PORT": str(settings.kafka_port),
+        "JOBSCOPE_KAFKA_CONTROLLER_PORT": str(settings.kafka_controller_port),
+        "JOBSCOPE_KAFKA_HEAP": settings.kafka_heap,
+        "JOBSCOPE_CLICKHOUSE_PORT": str(settings.clickhouse_port),
+        "JOBSCOPE_API_PORT": str(settings.api_port),
+        "JOBSCOPE_PRODUCER_METRICS_PORT": str(settings.producer_metrics_port),
+        "JOBSCOPE_DEVICES_FILE": str(settings.devices_file),
+    }
+
+
 @contextmanager
 def own_stack(name: str, devices: Path, device_id: str) -> Iterator[StackSettings]:
     """A stack of its own for `name` (stopped and its state deleted first, stopped after),

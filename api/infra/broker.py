@@ -42,11 +42,16 @@ class BrokerCollector(Collector):
         self._last: tuple[float, list[Metric]] = (-float("inf"), [])
 
     def collect(self) -> Iterable[Metric]:
-        with self._lock:
-            at, metrics = self._last
-            if time.monotonic() - at >= self._cache_s:
-                metrics = self._read()
-                self._last = (time.monotonic(), metrics)
+        """The cached figures, read again once `cache_s` old; a scrape arriving while another
+        reads them gets the last ones at once, never a thread waiting on a slow cluster."""
+        at, metrics = self._last
+        if time.monotonic() - at < self._cache_s or not self._lock.acquire(blocking=False):
+            return metrics
+        try:
+            metrics = self._read()
+            self._last = (time.monotonic(), metrics)
+        finally:
+            self._lock.release()
         return metrics
 
     def _read(self) -> list[Metric]:

@@ -120,6 +120,11 @@ class ApiMetrics:
             self.refused.labels(reason).inc()
 
 
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+"""Methods counted by name; any other (the HTTP parser takes any token) is `other`, so that
+an anonymous client cannot add series to /metrics without end."""
+
+
 def route_template(scope: Scope) -> str:
     """The template of the route that served (or would serve) `scope`: FastAPI leaves its
     route in the scope; a request refused before routing is matched here."""
@@ -165,4 +170,5 @@ class Instrumented:
 
     def _count(self, scope: Scope, status: int, began: float) -> None:
         seconds = time.perf_counter() - began
-        self.metrics.observe(scope["method"], route_template(scope), status, seconds)
+        method = scope["method"] if scope["method"] in METHODS else "other"
+        self.metrics.observe(method, route_template(scope), status, seconds)

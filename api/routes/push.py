@@ -187,9 +187,8 @@ async def _line_write(request: Request, who: Principal, precision: str) -> Respo
     settings = app.settings
     body = await _body(request, settings.push_max_body_bytes)
     encoding = request.headers.get("content-encoding", "")
-    text = line_protocol.text_of(body, encoding, settings.push_max_body_bytes)
     batch = await run_in_threadpool(
-        line_protocol.parse, text, precision, settings, who, app.push_devices
+        line_protocol.parse, body, encoding, precision, settings, who, app.push_devices
     )
     count = await _publish(app, who, batch.readings) if batch.readings else 0
     headers = {"X-Jobscope-Accepted": str(count)}

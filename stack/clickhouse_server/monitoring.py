@@ -224,11 +224,15 @@ class _Gauges(Collector):
             engine.add_metric([pool], count)
         clients = _gauge("client_connections", "client (HTTP) connections open")
         clients.add_metric([], self._open_connections())
-        with self._lock:
-            at, cached = self._last
-            if time.monotonic() - at >= self._cache_s:
+        at, cached = self._last
+        # a scrape arriving while another reads the figures gets the last ones at once: it
+        # holds a connection slot, and must not wait on a slow Kafka or disk walk
+        if time.monotonic() - at >= self._cache_s and self._lock.acquire(blocking=False):
+            try:
                 cached = self._expensive.read()
                 self._last = (time.monotonic(), cached)
+            finally:
+                self._lock.release()
         return [engine, clients, *cached]
 
 

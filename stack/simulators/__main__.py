@@ -57,11 +57,10 @@ def site_prometheus(settings: StackSettings, folder: Path, token_secret: str) ->
     node (a token file of its own beside its state, which its start deletes)."""
     folder.mkdir(parents=True, exist_ok=True)
     token_file = folder / "prometheus.token"
-    token_file.touch(mode=0o600)
     token = create_token(
         token_secret, "prometheus", Role.AGENT, timedelta(days=30), nodes=[GPU_NODE]
     )
-    token_file.write_text(token)
+    secrets.write_private(token_file, token)
     config = gpu_remote_write_config(
         f"127.0.0.1:{DCGM_EXPORTER_PORT}", f"{GPU_NODE}:9400", settings.api_url, token_file
     )

@@ -17,6 +17,7 @@ loop to the next. Units are dcgm-exporter's: W, %, C, MiB, MHz, mJ.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import time
 from collections.abc import Sequence
@@ -42,10 +43,15 @@ COUNTERS: tuple[tuple[str, str, str], ...] = (
 """(dcgm-exporter's name, its type, the recorded nvidia-smi field holding its value)."""
 
 
+@functools.cache
+def _recorded() -> tuple[list[dict[str, str]], nvidiasmi.Energy]:
+    """The recording's rows and the GPU's energy counter, read once per process."""
+    return nvidiasmi.recording("load")[1], nvidiasmi.energy_counter()
+
+
 def exposition(gpus: int, hostname: str, at: float | None = None) -> str:
     """What dcgm-exporter's /metrics answers for `gpus` GPUs at `at` (default now)."""
-    _headers, rows = nvidiasmi.recording("load")
-    energy = nvidiasmi.energy_counter()
+    rows, energy = _recorded()
     row_of_now = int((time.time() if at is None else at) / nvidiasmi.RECORDED_PERIOD_S)
     by_gpu = [nvidiasmi.gpu_row(rows, row_of_now + gpu, gpu, energy) for gpu in range(gpus)]
     lines = []

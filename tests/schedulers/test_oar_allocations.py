@@ -76,6 +76,8 @@ def test_oar_3s_list_and_a_site_named_gpu_property() -> None:
     "bad",
     [
         {"cpuset": "0-99999"},  # an expansion attack: no cpus for the node
+        {"cpuset": "70000"},  # past the API's largest CPU id: it would refuse the whole job
+        {"cpuset": "\u00b2"},  # a digit to str.isdigit, not to int()
         {"cpuset": "$(reboot)"},
         {"cpuset": None},
     ],
@@ -86,6 +88,16 @@ def test_a_node_with_one_bad_cpuset_sends_no_cpus(bad: dict[str, object]) -> Non
     changed = [r | bad if r["resource_id"] == "1001" else r for r in rows()]
     got = jobscope_hook.oar_allocations(changed, {str(r) for r in RESOURCES})
     assert got[HOSTS[0]] == {"gpus": ["0", "1"]}
+    assert got[HOSTS[1]] == {"cpus": ",".join(map(str, range(32, 40))), "gpus": ["2"]}
+
+
+@pytest.mark.parametrize("bad", ["\u00b2", "5000"])
+def test_a_gpu_index_the_api_would_refuse_leaves_the_node_without_gpus(bad: str) -> None:
+    """One GPU index the API refuses (not ASCII digits, above 4095) would lose the whole job
+    at the API (422): the node is sent with its CPUs, without GPUs."""
+    changed = [r | {"gpudevice": bad} if r["resource_id"] == "1001" else r for r in rows()]
+    got = jobscope_hook.oar_allocations(changed, {str(r) for r in RESOURCES})
+    assert got[HOSTS[0]] == {"cpus": ",".join(map(str, range(16)))}
     assert got[HOSTS[1]] == {"cpus": ",".join(map(str, range(32, 40))), "gpus": ["2"]}
 
 

@@ -97,17 +97,7 @@ def stored(client: Client, device: str, count: int) -> None:
 
 
 def run_stack(settings: StackSettings, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {
-        **secrets.public_environ(),
-        "JOBSCOPE_STATE_DIR": str(settings.state_dir),
-        "JOBSCOPE_KAFKA_PORT": str(settings.kafka_port),
-        "JOBSCOPE_KAFKA_CONTROLLER_PORT": str(settings.kafka_controller_port),
-        "JOBSCOPE_KAFKA_HEAP": settings.kafka_heap,
-        "JOBSCOPE_CLICKHOUSE_PORT": str(settings.clickhouse_port),
-        "JOBSCOPE_API_PORT": str(settings.api_port),
-        "JOBSCOPE_PRODUCER_METRICS_PORT": str(settings.producer_metrics_port),
-        "JOBSCOPE_DEVICES_FILE": str(settings.devices_file),
-    }
+    env = {**secrets.public_environ(), **ports.stack_environ(settings)}
     return subprocess.run(
         [sys.executable, "-m", "stack", *args],
         env=env,
