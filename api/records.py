@@ -14,7 +14,9 @@ the job answers the same after its raw readings expired.
 - A job that started longer ago than raw retention (`JOBSCOPE_RETENTION_DAYS`) is never
   recomputed from raw readings: an edit of it updates its record's metadata only.
 - Served by GET /api/jobs/{id}/summary when the job has ended, the record is current (not
-  older than the job's last edit, no reading stored after it) and the request is the whole
+  older than the job's last edit, no reading stored after it, computed under this API's
+  JOBSCOPE_ENERGY_SHARING: a site that changed it gets the new attribution from raw
+  readings until they expire) and the request is the whole
   summary (no metrics, devices, labels or times asked: those are computed from raw readings).
   A job whose raw readings expired is served from its record whatever it asks.
 """
@@ -82,20 +84,28 @@ def served(
     whole = replace(asked, site=None) == EVERYTHING
     if ended(job) and (whole or expired):
         found = queries.select_record(client, job.site, job.job_id)
-        current = found is not None and not found["late"]
-        if current and found is not None:
-            current = _naive(found["job_updated_at"]) >= to_time(job.updated_at)
-        if found is not None and (current or expired):
+        if found is not None:
             summary = orjson.loads(found["summary"])
-            summary["record"] = {
-                "computed_at": iso(_naive(found["computed_at"])),
-                "source": "record",
-                "version": found["version"],
-            }
-            return summary
+            current = (
+                not found["late"]
+                and _naive(found["job_updated_at"]) >= to_time(job.updated_at)
+                and _policy(summary) in (None, settings.energy_sharing)
+            )
+            if current or expired:
+                summary["record"] = {
+                    "computed_at": iso(_naive(found["computed_at"])),
+                    "source": "record",
+                    "version": found["version"],
+                }
+                return summary
     summary = annotated(client, settings, job, selection)
     summary["record"] = {"computed_at": None, "source": "raw", "version": None}
     return summary
+
+
+def _policy(summary: dict[str, Any]) -> str | None:
+    """The energy-sharing policy a record was computed under (None: it has no energy)."""
+    return (summary.get("energy_job") or {}).get("policy")
 
 
 def _naive(t: datetime) -> datetime:

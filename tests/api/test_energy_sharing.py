@@ -19,14 +19,18 @@ import httpx
 import orjson
 import pytest
 from clickhouse_connect.driver.client import Client
+from confluent_kafka import Producer
 
 from api import records
 from api.infra.config import ApiSettings
 from api.schemas import Job
+from kafka import topics
 from stack import services
 from stack.config import StackSettings
+from stack.processes import wait_until
 from tests import ports
 from tests.api.conftest import Row
+from tests.api.test_job_records import RECORD_WAIT_S
 
 SPAN_S = 60
 NODE_CPUS = 64
@@ -195,6 +199,33 @@ def test_a_record_carries_the_attribution_and_an_unknown_node_size_is_exclusive(
         "exclusive",
         "gpus",
     )
+
+
+def test_a_record_of_another_policy_is_not_served_while_raw_readings_remain(
+    admin_client: Client,
+    clickhouse: StackSettings,
+    api_url: str,
+    cores_api: str,
+    shared: Shared,
+) -> None:
+    """A record computed under `exclusive` (by a refresher with the site's old policy, or an
+    API replica set otherwise) is what the exclusive API serves; the `cores` API answers
+    from raw readings with its own attribution."""
+    job = Job.model_validate(httpx.get(f"{api_url}/api/jobs/{shared.a}", timeout=30).json())
+    exclusive = ApiSettings(clickhouse_api_password="unused", energy_sharing="exclusive")
+    packed = records.message(records.compute(admin_client, exclusive, job), 1 << 20)
+    producer = Producer({"bootstrap.servers": clickhouse.kafka_bootstrap})
+    producer.produce(topics.JOB_RECORDS.name, packed, f"/{shared.a}".encode())
+    assert producer.flush(30) == 0, "Kafka did not take the record"
+    wait_until(
+        lambda: summary(api_url, shared.a)["record"]["source"] == "record",
+        RECORD_WAIT_S,
+        f"the exclusive record of {shared.a} served",
+    )
+    got = summary(cores_api, shared.a)
+    assert got["record"]["source"] == "raw"
+    assert got["energy_job"]["joules"] == pytest.approx(NODE_J / 4)
+    assert (got["energy_job"]["policy"], got["energy_job"]["attribution"]) == ("cores", "cores")
 
 
 SMALL_WATTS = 80.0
