@@ -1,7 +1,7 @@
 """Serialisations of a data set that the systems ingest, written once and cached beside it.
 
-All are produced vectorised (numpy for RowBinary, pyarrow for the text formats), never row by
-row in Python. Rows come in poll order (by timestamp); a split into `parts` gives each part
+All are produced vectorised (numpy for the binary ones, pyarrow for the text formats), never
+row by row in Python. Rows come in poll order (by timestamp); a split into `parts` gives each part
 the devices whose index modulo `parts` is the part number, as independent collectors would.
 """
 
@@ -14,7 +14,6 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.csv as pacsv
 
 from bench.dataset import Dataset
 
@@ -75,50 +74,212 @@ def _cached(path: Path, write: Callable[[Path], None]) -> Path:
     return path
 
 
-def _csv_parts(
-    data: Dataset, parts: int, name: str, time: Callable[[_Batch], pa.Array], labels: bool
-) -> list[Path]:
-    """One headerless CSV file per part, `name-<part>-of-<parts>.csv`: the time column
-    `time(batch)`, device, metric, value, and (if `labels`) an empty JSON object."""
-    devices, metrics = _names(data.devices), _names(data.metrics)
-    options = pacsv.WriteOptions(include_header=False, quoting_style="none")
+# -- the peers' inputs: rows of fixed layout, built from per-device templates ----------------
+
+Template = list[bytes | str]
+"""One row: constant bytes (the device and metric names among them) and the fields `TS` and
+`VALUE`, filled per poll."""
+TS, VALUE = "ts", "value"
+
+
+class _Templates:
+    """Every device's poll (its `metrics` rows back to back) as a byte template, the columns
+    where each poll's timestamp and values go, devices grouped by template length."""
+
+    def __init__(self, data: Dataset, row: Callable[[str, str], Template], ts_width: int) -> None:
+        widths = {TS: ts_width, VALUE: 8}
+        polls: list[np.ndarray] = []
+        self.columns: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        for device in data.devices:
+            out, ts_cols, value_cols = bytearray(), [], []
+            for metric in data.metrics:
+                for part in row(device, metric):
+                    if isinstance(part, bytes):
+                        out += part
+                        continue
+                    (ts_cols if part == TS else value_cols).append(len(out))
+                    out += bytes(widths[part])
+            poll = np.frombuffer(bytes(out), np.uint8)
+            columns = (
+                _byte_columns(np.array(ts_cols), ts_width),
+                _byte_columns(np.array(value_cols), 8),
+            )
+            if self.columns.setdefault(len(poll), columns)[0].tolist() != columns[0].tolist():
+                raise ValueError("polls of equal length must share their layout")
+            polls.append(poll)
+        self.length = np.array([len(p) for p in polls])
+        self.groups = {n: np.array([p for p in polls if len(p) == n]) for n in set(self.length)}
+        self.in_group = np.zeros(len(polls), np.int64)  # device -> its row in its group
+        for n in self.groups:
+            self.in_group[self.length == n] = np.arange((self.length == n).sum())
+
+    def encode(
+        self, b: _Batch, ts: np.ndarray, values: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The polls of `b` (`ts`: [poll, ts_width] bytes, `values`: [poll, metric * 8]
+        bytes) back to back, and where each poll starts (plus the end)."""
+        length = self.length[b.poll_dev]
+        starts = np.concatenate([[0], np.cumsum(length)])
+        out = np.empty(starts[-1], np.uint8)
+        for n, templates in self.groups.items():
+            which = np.flatnonzero(length == n)
+            ts_cols, value_cols = self.columns[n]
+            block = templates[self.in_group[b.poll_dev[which]]]
+            block[:, ts_cols] = np.tile(ts[which], len(ts_cols) // ts.shape[1])
+            block[:, value_cols] = values[which]
+            out[_byte_columns(starts[which], n)] = block.reshape(-1)
+        return out, starts
+
+
+def _value_bytes(b: _Batch, dtype: str) -> np.ndarray:
+    return np.ascontiguousarray(b.poll_values, dtype).view(np.uint8).reshape(len(b.tick), -1)
+
+
+PG_EPOCH_US = 946_684_800 * 1_000_000  # PostgreSQL counts timestamps from 2000-01-01
+PGCOPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + bytes(8)  # signature, flags, no extension
+PGCOPY_TRAILER = b"\xff\xff"
+
+
+def _pg_field(value: bytes) -> bytes:
+    return len(value).to_bytes(4, "big") + value
+
+
+def _pg_row(device: str, metric: str) -> Template:
+    """A COPY BINARY tuple of Kwollect's columns (timestamp, device_id, metric_id, value,
+    labels): timestamptz as int64 µs since 2000, text, float8, jsonb (version 1, `{}`)."""
+    return [
+        (5).to_bytes(2, "big") + (8).to_bytes(4, "big"),
+        TS,
+        _pg_field(device.encode()) + _pg_field(metric.encode()) + (8).to_bytes(4, "big"),
+        VALUE,
+        _pg_field(b"\x01{}"),
+    ]
+
+
+def postgres_binary(data: Dataset, parts: int = 2) -> list[Path]:
+    """`COPY metrics (timestamp, device_id, metric_id, value, labels) FROM STDIN (FORMAT
+    binary)` input, one file per part (`postgres-<part>-of-<parts>.pgcopy`): psycopg's binary
+    copy, the fastest way into PostgreSQL, pre-built as jobscope's RowBinary is."""
+    templates = _Templates(data, _pg_row, 8)
 
     def write(path: Path, part: int) -> None:
-        writer: pacsv.CSVWriter | None = None
-        try:
+        with open(path, "wb") as out:
+            out.write(PGCOPY_HEADER)
             for b in _poll_batches(data, part, parts):
-                columns = [time(b), devices.take(b.dev), metrics.take(b.met), b.value]
-                if labels:
-                    columns.append(pa.repeat(pa.scalar("{}"), len(b.value)))
-                batch = pa.record_batch(columns, names=[str(i) for i in range(len(columns))])
-                if writer is None:
-                    writer = pacsv.CSVWriter(str(path), batch.schema, write_options=options)
-                writer.write_batch(batch)
-        finally:
-            if writer is not None:
-                writer.close()
+                ts = (b.poll_us - PG_EPOCH_US).astype(">i8").view(np.uint8).reshape(-1, 8)
+                out.write(templates.encode(b, ts, _value_bytes(b, ">f8"))[0])
+            out.write(PGCOPY_TRAILER)
 
     return [
         _cached(
-            data.folder / f"{name}-{part}-of-{parts}.csv",
-            lambda p, part=part: write(p, part),
+            data.folder / f"postgres-{part}-of-{parts}.pgcopy", lambda p, part=part: write(p, part)
         )  # type: ignore[misc]
         for part in range(parts)
     ]
 
 
-def victoriametrics_csv(data: Dataset, parts: int = 2) -> list[Path]:
-    """`unix_ms,device,metric,value` lines: VictoriaMetrics' CSV import (milliseconds)."""
-    return _csv_parts(
-        data, parts, "victoriametrics", lambda b: pa.array(b.ts_us // 1000), labels=False
-    )
+SAMPLES_PER_WRITE = 2000
+"""Prometheus' `max_samples_per_send`: the samples of one remote write."""
+MS_VARINT_BYTES = 6
+"""Every millisecond timestamp of 2^35 to 2^42 (2001 to 2109) is a 6-byte varint."""
 
 
-def postgres_csv(data: Dataset, parts: int = 2) -> list[Path]:
-    """`timestamp,device_id,metric_id,value,labels` lines for COPY ... (FORMAT csv)."""
-    return _csv_parts(
-        data, parts, "postgres", lambda b: b.stamps("%Y-%m-%d %H:%M:%S+00"), labels=True
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _proto(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field."""
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _remote_write_series(device: str, metric: str) -> Template:
+    """A `prometheus.TimeSeries` field of a WriteRequest: labels `__name__` and `device`
+    (sorted, as Prometheus sends them), one sample (double value, int64 ms timestamp)."""
+    labels = b"".join(
+        _proto(1, _proto(1, k.encode()) + _proto(2, v.encode()))
+        for k, v in (("__name__", metric), ("device", device))
     )
+    sample = 1 + 8 + 1 + MS_VARINT_BYTES
+    series = len(labels) + 2 + sample
+    return [
+        _varint(1 << 3 | 2)
+        + _varint(series)
+        + labels
+        + _varint(2 << 3 | 2)
+        + _varint(sample)
+        + b"\x09",
+        VALUE,
+        b"\x10",
+        TS,
+    ]
+
+
+def _ms_varints(us: np.ndarray) -> np.ndarray:
+    """[n, 6] bytes: each timestamp in milliseconds as a protobuf varint."""
+    ms = us // 1000
+    if ms.min() < 1 << 35 or ms.max() >= 1 << 42:
+        raise ValueError("timestamps outside 2001-2109 are not 6-byte varints")
+    shifts = np.arange(MS_VARINT_BYTES, dtype=np.int64) * 7
+    out = ((ms[:, None] >> shifts) & 0x7F).astype(np.uint8)
+    out[:, :-1] |= 0x80
+    return out
+
+
+class RemoteWrites:
+    """The remote writes of one part: snappy-compressed `WriteRequest`s back to back in one
+    file, and where each starts (plus the end)."""
+
+    def __init__(self, body: Path, starts: np.ndarray) -> None:
+        self.body = body
+        self.starts = starts
+
+    def __len__(self) -> int:
+        return len(self.starts) - 1
+
+    def __iter__(self) -> Iterator[bytes]:
+        with open(self.body, "rb") as f:
+            for size in np.diff(self.starts):
+                yield f.read(int(size))
+
+
+def remote_writes(data: Dataset, parts: int = 2) -> list[RemoteWrites]:
+    """Prometheus remote write (protocol 1.0) of each part's readings, as Prometheus sends
+    them: `SAMPLES_PER_WRITE` samples per write (whole polls, in poll order), a series per
+    sample, snappy block format; cached beside the data as `victoriametrics-<part>-of-
+    <parts>.rw` and its `.rw.npy` index."""
+    import cramjam
+
+    polls_per_write = SAMPLES_PER_WRITE // data.spec.metrics
+    if SAMPLES_PER_WRITE % data.spec.metrics or BATCH_POLLS % polls_per_write:
+        raise ValueError("a write must hold whole polls and a batch whole writes")
+    templates = _Templates(data, _remote_write_series, MS_VARINT_BYTES)
+    out: list[RemoteWrites] = []
+    for part in range(parts):
+        body = data.folder / f"victoriametrics-{part}-of-{parts}.rw"
+        index = body.with_name(body.name + ".npy")
+        if not body.exists():
+            sizes: list[int] = []
+            tmp = body.with_name(body.name + ".tmp")
+            with open(tmp, "wb") as f:
+                for b in _poll_batches(data, part, parts):
+                    rows, starts = templates.encode(
+                        b, _ms_varints(b.poll_us), _value_bytes(b, "<f8")
+                    )
+                    for lo in range(0, len(b.tick), polls_per_write):
+                        hi = min(lo + polls_per_write, len(b.tick))
+                        write = cramjam.snappy.compress_raw(rows[starts[lo] : starts[hi]].tobytes())
+                        f.write(write)
+                        sizes.append(len(write))
+            np.save(index, np.concatenate([[0], np.cumsum(sizes)]))
+            tmp.rename(body)  # last: the body's presence says the index is complete
+        out.append(RemoteWrites(body, np.load(index)))
+    return out
 
 
 # -- the readings topic ---------------------------------------------------------------------

@@ -218,8 +218,13 @@ def markdown(systems: dict[str, dict[str, Any]], results: dict[str, Any]) -> str
         lines.append("| " + " | ".join(cells) + " |")
 
     by_key = {key: sel for sel, key in QUERY_KEYS.items()}
+    inputs = [systems[n].get("ingest_input") or "n/a" for n in names]
+    cells = ["ingest: what each system was sent", *inputs]
+    lines.append("| " + " | ".join(cells + [""] * (len(head) - len(cells))) + " |")
     for title, key, fmt in ROWS:
         row(title, lambda r, key=key: r.get(key), fmt, key, by_key.get(key))
+        if key == "ingest_cpu_us_per_reading":
+            lines += remote_write_row(names, results, len(head))
     for title, sel in query_rows:
         row(title, lambda r, sel=sel: _shape(r, sel).get("seconds"), "{:.3f}", "query", sel)
     if OURS in systems:
@@ -251,6 +256,24 @@ def markdown(systems: dict[str, dict[str, Any]], results: dict[str, Any]) -> str
     for name, error in results.get("errors", {}).items():
         footer.append(f"- FAILED {name}: {error}")
     return "\n".join(lines + footer)
+
+
+def remote_write_row(names: list[str], results: dict[str, Any], width: int) -> list[str]:
+    """The same remote writes to jobscope's gateway and VictoriaMetrics (the `remote_write`
+    polling part), per CPU-second: jobscope's row fed the peer's input."""
+    ours = results.get("remote_write_samples_per_core_s")
+    theirs = results.get("remote_write_victoriametrics_samples_per_core_s")
+    if ours is None or theirs is None:
+        return []
+    by_system = {OURS: ours, "peer_victoriametrics": theirs}
+    cells = [
+        "ingest by remote write, samples per CPU-second (part `remote_write`: jobscope's "
+        "gateway to Kafka; VictoriaMetrics decoded and stored)",
+        *(_fmt(by_system.get(n), "{:,.0f}") for n in names),
+    ]
+    if OURS in names:
+        cells += [f"{ours / theirs:.2f}x" if p in by_system else "n/a" for p in names[1:]]
+    return ["| " + " | ".join(cells + [""] * (width - len(cells))) + " |"]
 
 
 def _goal(js: dict[str, Any], key: str, fmt: str, detail: str = "") -> str:
@@ -541,10 +564,16 @@ def polling_markdown(results: dict[str, Any]) -> str:
             f"{_fmt(results.get('snmp_agents_cpu_cores'), '{:.3f}')} |",
         ]
     if "ipmi_sensors_per_core_s" in results or any(k.startswith("ipmi_") for k in results):
-        lines.append(
-            "| IPMI: jobscope producer, sensors per CPU-second | "
-            f"{_fmt(results.get('ipmi_sensors_per_core_s'), '{:,.0f}')} |"
-        )
+        ipmi = results.get("ipmi_polling", {})
+        lines += [
+            "| IPMI: jobscope producer (to Kafka), readings per CPU-second | "
+            f"{_fmt(results.get('ipmi_sensors_per_core_s'), '{:,.0f}')} |",
+            "| IPMI: jobscope producer CPU per reading, µs; readings stored per second "
+            f"({ipmi.get('bmcs', '?')} BMCs every {ipmi.get('period_ms', '?')} ms) | "
+            f"{_fmt(results.get('ipmi_producer_cpu_us_per_reading'), '{:,.0f}')}; "
+            f"{_fmt(results.get('ipmi_readings_per_s'), '{:,.0f}')} |",
+            f"| IPMI: peer | none ({ipmi.get('no_peer', 'not measured')}) |",
+        ]
     if "wattmeter_polling" in results:
         met = results.get("wattmeter_goal_met")
         lines += [

@@ -68,6 +68,7 @@ def ingest_phases(system: System, data: Dataset) -> dict[str, Any]:
         load_cpu_s / readings * 1e6,
     )
     return {
+        "ingest_input": system.ingest_input,
         "ingest_readings_per_s": ingest.readings_per_s,
         "ingest_seconds": ingest.seconds,
         "ingest_cpu_us_per_reading": cpu_s / readings * 1e6,

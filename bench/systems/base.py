@@ -55,6 +55,7 @@ class System(ABC):
     label: str  # shown in tables and plots
     timestamp_unit_us: int = 1  # 1000 for a system that keeps milliseconds only
     query_layer: str = ""  # how `fetch` reaches the data, shown beside the query figures
+    ingest_input: str = ""  # what `load` sends and how, shown beside the ingest figures
 
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir.resolve()

@@ -103,6 +103,10 @@ class Jobscope(System):
         "(`format` beside each shape), over one kept-alive HTTP client; beside it (`layers`: "
         "`clickhouse_direct`) the same readings straight from ClickHouse in Native"
     )
+    ingest_input = (
+        "its producers' messages on the readings topic (RowBinary, an array of a poll's 100 "
+        "readings each) from 2 producer threads; remote write: the `remote_write` part's row"
+    )
 
     def __init__(self, workdir: Path) -> None:
         super().__init__(workdir)

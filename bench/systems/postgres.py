@@ -1,4 +1,4 @@
-"""PostgreSQL 15 (Debian package) with Kwollect's schema, loaded by parallel COPY workers.
+"""PostgreSQL 15 (Debian package) with Kwollect's schema, loaded by parallel binary COPY workers.
 
 The schema is Kwollect 1.3.1's own (bench/kwollect_schema.py, which says where it comes from
 and what of TimescaleDB, not packaged by Debian, it reproduces in plain PostgreSQL).
@@ -34,6 +34,7 @@ class Postgres(System):
     label = "PostgreSQL 15"
     workers = 2
     query_layer = "COPY (SELECT ...) TO STDOUT (text) over one connection kept open"
+    ingest_input = f"COPY ... FROM STDIN (FORMAT binary), {workers} parallel connections"
 
     def __init__(self, workdir: Path) -> None:
         super().__init__(shared_dir(workdir))  # the postgres user must reach it
@@ -119,8 +120,9 @@ class Postgres(System):
         self.tables.append(table)
 
     def _copy(self, table: str, data: Dataset) -> float:
-        """Load `data` with parallel COPY workers; return the seconds until committed."""
-        parts = payloads.postgres_csv(data, self.workers)
+        """Load `data` with parallel COPY workers, each its pre-built part in COPY's binary
+        format (untimed); return the seconds until committed."""
+        parts = payloads.postgres_binary(data, self.workers)
 
         def copy(_worker: int, path: Path) -> None:
             with (
@@ -128,7 +130,7 @@ class Postgres(System):
                 conn.cursor() as cur,
                 cur.copy(
                     f"COPY {table} (timestamp, device_id, metric_id, value, labels) "
-                    "FROM STDIN (FORMAT csv)"
+                    "FROM STDIN (FORMAT binary)"
                 ) as copy,
                 open(path, "rb") as f,
             ):

@@ -1,12 +1,15 @@
 """The PostgreSQL peer's phases (bench/systems/postgres.py) on the real server (Debian's
 postgresql-15, which bench/install-peers.sh installs; skipped where it is not): the load
 is timed to the COPYs' commits, the full count and VACUUM come after it, apart, and the
-storage figure counts every table of the database, not only the partitioned `metrics`."""
+storage figure counts every table of the database, not only the partitioned `metrics`; its
+binary COPY input stores exactly the data set's readings."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from bench.dataset import DatasetSpec, load_or_generate
@@ -61,3 +64,38 @@ def test_fetches_reuse_one_kept_connection(tmp_path: Path) -> None:
     finally:
         pg.stop()
     assert pg.query_conn is None  # closed with the server
+
+
+def test_binary_copy_stores_exactly_the_data_sets_readings(tmp_path: Path) -> None:
+    """The pre-built COPY BINARY parts (bench/payloads.py `postgres_binary`) hold every
+    reading once, with its microseconds, names and float64 value bit for bit."""
+    data = load_or_generate(DatasetSpec(devices=3, duration_s=60), tmp_path / "data")
+    pg = Postgres(tmp_path / "pg")
+    pg.start()
+    try:
+        pg.load(data)
+        with pg._connect() as conn:
+            rows = conn.execute(
+                "SELECT timestamp, device_id, metric_id, value, labels FROM metrics"
+            ).fetchall()
+    finally:
+        pg.stop()
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    got = sorted(
+        (
+            (ts - epoch) // timedelta(microseconds=1),
+            device,
+            metric,
+            np.float64(value).view(np.int64),
+            labels,
+        )
+        for ts, device, metric, value, labels in rows
+    )
+    expected = sorted(
+        (int(data.poll_us[t, d]), device, metric, data.values[t, d, m].view(np.int64), {})
+        for t in range(data.spec.ticks)
+        for d, device in enumerate(data.devices)
+        for m, metric in enumerate(data.metrics)
+    )
+    assert len(got) == data.spec.readings
+    assert got == expected
