@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -23,6 +24,10 @@ KEYS_REFRESH_MIN_S = 1
 the test only waits less for the same rotation)."""
 KEYS_CACHE_S = 8
 """... and whenever its copy is this old (300 s by default): a retired key is refused then."""
+DEVICE_POLL_S = 1
+"""`jobscope login` asks the provider this often whether the user approved (the realm's device
+polling interval, which the provider sends: 5 s by default, which each login of the tests
+waited in part after its approval; the client obeys whatever it is told)."""
 
 
 @dataclass(frozen=True)
@@ -76,18 +81,29 @@ def oidc_provider_settings() -> oidc_stack.OidcProviderSettings:
 @pytest.fixture(scope="session")
 def oidc_provider_process(
     stack_settings: StackSettings, oidc_provider_settings: oidc_stack.OidcProviderSettings
-) -> Iterator[None]:
-    oidc_stack.start(stack_settings, oidc_provider_settings)
-    yield
-    oidc_stack.process(stack_settings).stop(timeout=30)
+) -> Iterator[Future[None]]:
+    """Keycloak, started in a thread of its own: its start (a JVM's, over a minute on a loaded
+    two-core run) overlaps the starts of Kafka and ClickHouse, which the API trusting it
+    waits for too. Started once `.result()` returns."""
+    # made here, before the two starts run at once: both read them
+    services.prepare_state_dir(stack_settings)
+    secrets.load_or_create(stack_settings.state_dir)
+    with ThreadPoolExecutor(1, thread_name_prefix="oidc-provider") as pool:
+        started = pool.submit(oidc_stack.start, stack_settings, oidc_provider_settings)
+        try:
+            yield started
+        finally:
+            wait([started])
+            oidc_stack.process(stack_settings).stop(timeout=30)
 
 
 @pytest.fixture(scope="session")
 def oidc_provider_api(
+    oidc_provider_process: Future[None],
     clickhouse: StackSettings,
     oidc_provider_settings: oidc_stack.OidcProviderSettings,
-    oidc_provider_process: None,
 ) -> Iterator[str]:
+    oidc_provider_process.result()
     port = ports.port("oidc", 1)
     env = {
         "JOBSCOPE_OIDC_ISSUER": oidc_provider_settings.issuer,
@@ -110,9 +126,12 @@ def oidc_provider(
     oidc_provider_api: str,
 ) -> Provider:
     values = secrets.load_or_create(stack_settings.state_dir)
+    admin = oidc_stack.AdminApi(oidc_provider_settings, values["JOBSCOPE_OIDC_ADMIN_PASSWORD"])
+    polling = {"oauth2DevicePollingInterval": DEVICE_POLL_S}
+    admin.request("PUT", f"/{oidc_provider_settings.realm}", json=polling)
     return Provider(
         settings=oidc_provider_settings,
-        admin=oidc_stack.AdminApi(oidc_provider_settings, values["JOBSCOPE_OIDC_ADMIN_PASSWORD"]),
+        admin=admin,
         password=values["JOBSCOPE_OIDC_DEMO_PASSWORD"],
         service_secret=values["JOBSCOPE_OIDC_SERVICE_SECRET"],
         api_url=oidc_provider_api,

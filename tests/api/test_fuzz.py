@@ -36,7 +36,10 @@ from stack.config import StackSettings
 
 from .test_limits import extra_api
 
-MAX_EXAMPLES = 25
+MAX_EXAMPLES = 18
+"""Per operation and mode. Derandomized, 18 reach every (operation, mode, status) that 25 did
+(107 of them, measured side by side on one API): 15 miss two 404s of GET /api/metrics and
+/rpc/get_metrics. Where the API grows, measure again before lowering it."""
 CHECKS = [
     not_a_server_error,
     status_code_conformance,
