@@ -13,6 +13,8 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 4
 QUICK ?=
 ONLY ?=
+# `make bench SCALE=1`: the scale profile (bench/scale.py): a day, then a week, of a fleet.
+SCALE ?=
 # `make up DEVICES=sample`: every plugin's sample against simulated devices it starts;
 # `make up DEVICES=path`: a devices file or directory (e.g. Kwollect's metrics.d); default: demo.
 DEVICES ?=
@@ -47,7 +49,7 @@ help:
 	@echo "make backup DIR=path [FROM=prev]  a consistent backup of the running stack (FROM: incremental)"
 	@echo "make restore DIR=path  restore a backup into a fresh state/ (the stack stopped)"
 	@echo "make test      the whole test suite against real components"
-	@echo "make bench     benchmarks beside peers (QUICK=1 short run; ONLY=api|freshness|drain|snmp|...|live|abuse: one part)"
+	@echo "make bench     benchmarks beside peers (QUICK=1 short run; ONLY=api|freshness|drain|snmp|...|live|abuse: one part; SCALE=1: a day and a week)"
 	@echo "make lint      ruff"
 	@echo "make reset     stop everything and delete state/ (all data)"
 
@@ -129,7 +131,7 @@ $(BENCH_STAMP): bench/requirements.txt $(STAMP)
 	@rm -f $(VENV)/.bench-installed-* && touch $@
 
 bench: system-deps venv $(BENCH_STAMP)
-	$(PY) -m bench $(if $(QUICK),--quick,) $(if $(ONLY),--only $(ONLY),)
+	$(PY) -m bench $(if $(QUICK),--quick,) $(if $(ONLY),--only $(ONLY),) $(if $(SCALE),--scale,)
 
 $(SUPERSET_STAMP): superset/requirements.txt
 	@test -x $(SUPERSET_VENV)/bin/python || $(PYTHON) -m venv $(SUPERSET_VENV)

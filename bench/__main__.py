@@ -17,12 +17,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import report
+from bench import report, scale
 from bench import results as result_files
 from bench.dataset import START, load_or_generate
 from bench.machine import LoadSampler
+from bench.polling.producer import PollingStack
 from bench.profiles import FULL, QUICK
 from bench.runner import INGEST_PART, QUERIES_PART, run_all
+from bench.scale import ScaleSpec
 from bench.systems.base import System
 from bench.systems.jobscope import Jobscope
 from bench.systems.postgres import Postgres
@@ -39,8 +41,11 @@ SYSTEMS: dict[str, Callable[[Path], System]] = {
 # compaction and query shapes alone
 ONLY_STEPS = (INGEST_PART, QUERIES_PART, "rollups", "freshness", "api", "abuse", "floor", "drain")
 # Producers' polling benchmarks (bench/polling/<step>.py), after the storage part; with --only
-# naming nothing else, the storage part (data set, systems' load) is skipped.
-POLLING_STEPS = ("snmp", "ipmi", "ondemand", "prometheus", "wattmeter", "live", "remote_write")
+# naming nothing else, the storage part (data set, systems' load) is skipped. They share one
+# stack (bench/polling/producer.py PollingStack), each part of it started when first needed:
+# those that need Kafka alone first (as before, nothing else of the stack beside them), then
+# those that need ClickHouse and the API; remote_write last (it leaves ClickHouse a backlog).
+POLLING_STEPS = ("snmp", "prometheus", "wattmeter", "ipmi", "ondemand", "live", "remote_write")
 log = logging.getLogger("bench")
 
 
@@ -51,6 +56,24 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         action="store_true",
         help=f"{QUICK.devices} devices x {QUICK.duration_s // 60} min instead of "
         f"{FULL.devices} x {FULL.duration_s // 60} min (same code paths)",
+    )
+    parser.add_argument(
+        "--scale",
+        action="store_true",
+        help="the scale profile (bench/scale.py): each system holding a day, then a week, of "
+        "a fleet generated straight into it, the same job queries at each level; within "
+        "45 minutes",
+    )
+    parser.add_argument(
+        "--scale-devices",
+        type=int,
+        default=ScaleSpec.devices,
+        help="the scale profile's fleet (x 100 metrics every 5 s); fewer for development",
+    )
+    parser.add_argument(
+        "--scale-days",
+        default=",".join(map(str, ScaleSpec.levels_days)),
+        help="the scale profile's levels, in days held, growing (default: a day, then a week)",
     )
     parser.add_argument(
         "--systems",
@@ -114,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     profile = QUICK if args.quick else FULL
     state = args.state_dir.resolve()
+    if args.scale:
+        return run_scale(args, argv, chosen, state)
 
     polling_only = only is not None and not storage_only
     with LoadSampler() as machine:
@@ -185,32 +210,80 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if results["errors"] else 0
 
 
+def run_scale(args: argparse.Namespace, argv: list[str], chosen: list[str], state: Path) -> int:
+    """The scale profile alone: its table, bench-results.json and its result file."""
+    days = tuple(int(d) for d in args.scale_days.split(",") if d.strip())
+    if not days or list(days) != sorted(set(days)) or args.scale_devices < 1:
+        log.error("--scale-days takes growing whole days (1,7), --scale-devices at least 1")
+        return 2
+    spec = ScaleSpec(devices=args.scale_devices, levels_days=days)
+    with LoadSampler() as machine:
+        measured = scale.run(chosen, spec, state)
+    results: dict[str, Any] = {
+        "profile": "scale",
+        "only": None,
+        **scale.flat(measured),
+        "machine": machine.summary(),
+        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "errors": {k: s["error"] for k, s in measured["systems"].items() if s.get("error")},
+    }
+    out = args.out_dir.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    report.write_json(out / "bench-results.json", results)
+    kept = result_files.write(results, argv, vars(args), args.results_dir)
+    print(scale.markdown(measured))
+    print(f"\nWrote {out / 'bench-results.json'}.")
+    print(f"Result file: {kept}")
+    return 1 if results["errors"] else 0
+
+
 def run_polling(
     steps: list[str], state_dir: Path, quick: bool
 ) -> tuple[dict[str, Any], dict[str, str]]:
-    """Each polling benchmark's top-level keys, and the errors of those that failed. A
-    benchmark whose module is missing is reported as not available."""
+    """Each polling benchmark's top-level keys, and the errors of those that failed, all in
+    one stack (`PollingStack`, stopped at the end); `polling_wall_seconds`: each one's wall
+    time (the stack's starts in the first that needs each part). A benchmark whose module is
+    missing is reported as not available."""
     results: dict[str, Any] = {}
     errors: dict[str, str] = {}
-    for step in steps:
-        name = f"bench.polling.{step}"
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != name:  # the module is there, something it imports is not
-                log.exception("polling benchmark %s cannot run", step)
-                errors[f"polling.{step}"] = f"{type(exc).__name__}: {exc}"
-                continue
-            log.warning("%s: not available (no bench/polling/%s.py)", step, step)
-            results.setdefault("polling_not_available", []).append(step)
-            continue
-        log.info("polling benchmark: %s", step)
-        try:
-            results.update(module.measure(state_dir, quick))
-        except Exception as exc:
-            log.exception("polling benchmark %s failed", step)
-            errors[f"polling.{step}"] = f"{type(exc).__name__}: {exc}"
+    if not steps:
+        return results, errors
+    with PollingStack(state_dir / "stack") as stack:
+        for step in steps:
+            began = time.monotonic()
+            _run_polling_step(step, state_dir, quick, stack, results, errors)
+            wall = results.setdefault("polling_wall_seconds", {})
+            wall[step] = round(time.monotonic() - began, 1)
+            log.info("polling benchmark %s done in %.0f s", step, wall[step])
     return results, errors
+
+
+def _run_polling_step(
+    step: str,
+    state_dir: Path,
+    quick: bool,
+    stack: PollingStack,
+    results: dict[str, Any],
+    errors: dict[str, str],
+) -> None:
+    """One polling benchmark's keys into `results`, or its error into `errors`."""
+    name = f"bench.polling.{step}"
+    try:
+        module = importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name != name:  # the module is there, something it imports is not
+            log.exception("polling benchmark %s cannot run", step)
+            errors[f"polling.{step}"] = f"{type(exc).__name__}: {exc}"
+            return
+        log.warning("%s: not available (no bench/polling/%s.py)", step, step)
+        results.setdefault("polling_not_available", []).append(step)
+        return
+    log.info("polling benchmark: %s", step)
+    try:
+        results.update(module.measure(state_dir, quick, stack))
+    except Exception as exc:
+        log.exception("polling benchmark %s failed", step)
+        errors[f"polling.{step}"] = f"{type(exc).__name__}: {exc}"
 
 
 if __name__ == "__main__":

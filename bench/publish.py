@@ -130,6 +130,38 @@ FIGURES: list[tuple[str, list[Figure]]] = [
         ],
     ),
     (
+        "Scale: a day, then a week, of the fleet held (bench/scale.py; d = days held)",
+        [
+            (f"{label} {what}, {days} d{unit}", f"scale_{system}_{key}_{days}d{suffix}", fmt)
+            for system, label in (
+                ("jobscope", "jobscope"),
+                ("victoriametrics", "VictoriaMetrics"),
+                ("postgres", "PostgreSQL"),
+            )
+            for what, key, suffix, unit, fmt in (
+                ("query, 10 devices x 1 h", "10dev_60min", "_s", ", s", ".3f"),
+                ("query, 1 device x the day", "1dev_day", "_s", ", s", ".3f"),
+                ("summary of the day", "summary", "_s", ", s", ".3f"),
+                ("`step=1m` over the day", "step_1m", "_s", ", s", ".3f"),
+                ("bytes per reading", "bytes_per_reading", "", "", ".2f"),
+            )
+            for days in (1, 7)
+        ]
+        + [
+            (
+                "jobscope query time, most growth, first level held to last",
+                "scale_jobscope_growth_max",
+                ".2f",
+            ),
+            (
+                "VictoriaMetrics query time, most growth",
+                "scale_victoriametrics_growth_max",
+                ".2f",
+            ),
+            ("PostgreSQL query time, most growth", "scale_postgres_growth_max", ".2f"),
+        ],
+    ),
+    (
         "Polling (per CPU-second of the collector process)",
         [
             ("jobscope SNMP OIDs", "snmp_oids_per_core_s", ",.0f"),
@@ -397,6 +429,46 @@ RENDERERS: dict[str, Callable[[Result, Path], str]] = {
 }
 
 
+HELM_EXAMPLE = Path("helm/jobscope/ci/large-site.yaml")
+"""The chart's large-site values: the sizing's worked example, whose producer shards and
+readings partitions are written there from the result file the sizing block cites."""
+SIZING_PAGE = Path("docs/kubernetes.md")
+_HELM_FIGURES = {
+    ("producers", "shards"): "producer_shards",
+    ("kafka", "readingsPartitions"): "partitions",
+}
+
+
+def render_helm_example(text: str, result: Result) -> str:
+    """The large-site values with the sizing's figures (a figure the run lacks: unchanged)."""
+    s = sizing(result)
+    for (section, key), figure in _HELM_FIGURES.items():
+        if s.get(figure) is None:
+            continue
+        line = re.compile(rf"^({section}:\n(?:(?:  .*|\s*#.*)\n)*?  {key}: )\d+$", re.M)
+        text, found = line.subn(rf"\g<1>{s[figure]}", text)
+        if found != 1:
+            raise ValueError(f"{HELM_EXAMPLE}: no `{section}.{key}` line")
+    return text
+
+
+def helm_example_rendered() -> tuple[str, str]:
+    """The large-site values as they are, and as the sizing block's cited file gives them."""
+    text = (REPO_ROOT / HELM_EXAMPLE).read_text()
+    page = (REPO_ROOT / SIZING_PAGE).read_text()
+    cited_file = next(path for name, path in cited(page) if name == "sizing")
+    return text, render_helm_example(text, Result.load(cited_file))
+
+
+def check_helm_example() -> list[str]:
+    """What differs between the large-site values and the sizing, as a unified diff."""
+    text, rendered = helm_example_rendered()
+    diff = difflib.unified_diff(
+        text.splitlines(), rendered.splitlines(), str(HELM_EXAMPLE), "regenerated", lineterm=""
+    )
+    return list(diff)
+
+
 def pages() -> list[Path]:
     """The Markdown pages of the repository (tracked, or new and not ignored), relative."""
     listed = subprocess.run(
@@ -477,6 +549,15 @@ def main(argv: list[str] | None = None) -> int:
         if new != text:
             (REPO_ROOT / page).write_text(new)
             print(f"{page}: regenerated")
+    if args.check:
+        if problems := check_helm_example():
+            print("\n".join(problems))
+            differs = True
+    else:
+        text, rendered = helm_example_rendered()
+        if rendered != text:
+            (REPO_ROOT / HELM_EXAMPLE).write_text(rendered)
+            print(f"{HELM_EXAMPLE}: regenerated")
     return 1 if differs else 0
 
 

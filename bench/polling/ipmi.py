@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.polling.cpu import Window
-from bench.polling.producer import start_producer
+from bench.polling.producer import PollingStack, producer
 from stack.processes import free_port, wait_until
 from stack.simulators.ipmi import SENSORS, IpmiSim
 
@@ -79,24 +79,19 @@ def _stop_sims(sims: list[IpmiSim]) -> None:
         sim.stop()
 
 
-def measure(state_dir: Path, quick: bool) -> dict[str, Any]:
-    """The producer polling BMCS[quick] BMCs for MEASURE_S[quick] s after WARMUP_S[quick];
-    keys for the top level of bench-results.json."""
-    from stack import services
-
+def measure(state_dir: Path, quick: bool, stack: PollingStack) -> dict[str, Any]:
+    """The producer polling BMCS[quick] BMCs for MEASURE_S[quick] s after WARMUP_S[quick],
+    publishing to the Kafka of `stack`, consumed by its ClickHouse; keys for the top level of
+    bench-results.json."""
     work = state_dir.resolve() / "ipmi"
     shutil.rmtree(work, ignore_errors=True)
-    settings = services.fresh_stack(work / "stack")
-    settings.state_dir.mkdir(parents=True)
     count = BMCS[quick]
     with ThreadPoolExecutor(1) as pool:  # the BMCs start while Kafka and ClickHouse do
         starting = pool.submit(_start_sims, work / "bmcs", count)
         try:
-            services.start_kafka(settings)
-            services.start_clickhouse(settings)
-            figures = _measure(settings, starting.result(), work, quick)
+            stack.need("kafka", "clickhouse")
+            figures = _measure(stack, starting.result(), work, quick)
         finally:
-            services.stop_all(settings)
             if starting.exception() is None:  # waits until they started
                 _stop_sims(starting.result())
     per_core = figures["readings"] / figures["collector_cpu_s"]
@@ -127,9 +122,10 @@ def measure(state_dir: Path, quick: bool) -> dict[str, Any]:
     return out
 
 
-def _measure(settings: Any, sims: list[IpmiSim], work: Path, quick: bool) -> dict[str, Any]:
+def _measure(stack: PollingStack, sims: list[IpmiSim], work: Path, quick: bool) -> dict[str, Any]:
     from stack import services
 
+    settings = stack.settings
     reader = services.clickhouse_client(settings, "reader")
 
     def stored(since_us: int = 0, until_us: int = 2**62) -> int:
@@ -152,28 +148,30 @@ def _measure(settings: Any, sims: list[IpmiSim], work: Path, quick: bool) -> dic
         )
 
     devices = write_devices_file(work / "devices.yaml", sims)
-    proc = start_producer(
-        settings,
+    with producer(
+        stack,
         devices,
         lambda: stored() > 0,
         "the first IPMI readings stored",
         START_TIMEOUT_S,
         **{PASSWORD_ENV: PASSWORD},
-    )
-    pid = proc.pid()
-    assert pid is not None
-    time.sleep(WARMUP_S[quick])
-    sink = [p for name in ("kafka", "clickhouse") if (p := services.process(settings, name).pid())]
-    window = Window(pid, sink, [sim.pid or 0 for sim in sims])
-    window.run(MEASURE_S[quick])
-    t0_us, t1_us = int(window.t0 * 1e6), int(window.t1 * 1e6)
-    # every BMC's readings of the window are stored once one of a later tick is
-    caught_up = time.monotonic() + CATCH_UP_S
-    wait_until(
-        lambda: devices_since(t1_us) >= len(sims) or time.monotonic() > caught_up,
-        CATCH_UP_S + 30,
-        "readings of every BMC after the window",
-    )
+    ) as proc:
+        pid = proc.pid()
+        assert pid is not None
+        time.sleep(WARMUP_S[quick])
+        sink = [
+            p for name in ("kafka", "clickhouse") if (p := services.process(settings, name).pid())
+        ]
+        window = Window(pid, sink, [sim.pid or 0 for sim in sims])
+        window.run(MEASURE_S[quick])
+        t0_us, t1_us = int(window.t0 * 1e6), int(window.t1 * 1e6)
+        # every BMC's readings of the window are stored once one of a later tick is
+        caught_up = time.monotonic() + CATCH_UP_S
+        wait_until(
+            lambda: devices_since(t1_us) >= len(sims) or time.monotonic() > caught_up,
+            CATCH_UP_S + 30,
+            "readings of every BMC after the window",
+        )
     readings = stored(t0_us, t1_us)
     span = window.cpu["window_s"]
     period_us = PERIOD_MS * 1000

@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shutil
 import time
 import uuid
 from collections.abc import Callable
@@ -45,7 +46,7 @@ import orjson
 
 from bench.polling import sse
 from bench.polling.cpu import cpu_seconds, machine_ticks
-from bench.polling.producer import whole_stack
+from bench.polling.producer import PollingStack, whole_stack
 
 log = logging.getLogger("bench.live")
 NODES = 200
@@ -376,13 +377,17 @@ def _per_client(phases: dict[str, Any], phase: str) -> float:
     return round(100 * extra / phases[phase]["clients"], 3)
 
 
-def measure(state_dir: Path, quick: bool) -> dict[str, Any]:
+def measure(state_dir: Path, quick: bool, stack: PollingStack) -> dict[str, Any]:
+    """The live stream through `stack`, with a producer of this benchmark's own."""
     from stack import services
     from stack.processes import wait_until
 
     started = time.monotonic()
     prefix = f"lv{uuid.uuid4().hex[:6]}"
-    with whole_stack(state_dir / "live", lambda path: _devices(path, prefix)) as settings:
+    work = state_dir.resolve() / "live"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    with whole_stack(stack, _devices(work / "devices.yaml", prefix)) as settings:
         api_pid = services.process(settings, "api").pid()
         if api_pid is None:
             raise RuntimeError("the API is not running")

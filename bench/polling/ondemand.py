@@ -12,6 +12,7 @@ that wait: a metric polled every 10 s shows up to 10 s.
 
 from __future__ import annotations
 
+import shutil
 import statistics
 import time
 import uuid
@@ -20,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from bench.polling.producer import whole_stack
+from bench.polling.producer import PollingStack, whole_stack
 from stack.processes import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -46,11 +47,15 @@ def _devices(path: Path, prefix: str) -> Path:
     return path
 
 
-def measure(state_dir: Path, quick: bool) -> dict[str, Any]:
+def measure(state_dir: Path, quick: bool, stack: PollingStack) -> dict[str, Any]:
+    """The trials through `stack`, with a producer of this benchmark's own."""
     from stack import services
 
     prefix = f"od{uuid.uuid4().hex[:6]}"
-    with whole_stack(state_dir / "ondemand", lambda path: _devices(path, prefix)) as settings:
+    work = state_dir.resolve() / "ondemand"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    with whole_stack(stack, _devices(work / "devices.yaml", prefix)) as settings:
         reader = services.clickhouse_client(settings, "reader")
         token = services.component_env(settings)["JOBSCOPE_ADMIN_TOKEN"]
         headers = {"Authorization": f"Bearer {token}"}

@@ -12,8 +12,8 @@ when asked (as node_exporter does; both collectors ask).
 Both collectors scrape every target every PERIOD_MS, at once, for the same window:
 1. jobscope: `python -m producers` with one Kwollect-form entry per target
    (`prometheus://127.0.0.1:<port>/`: every sample, named prom_<name>), publishing to a real
-   Kafka broker (the stack's own); samples = readings received from the readings topic with
-   a timestamp in the window.
+   Kafka broker (the polling benchmarks' shared stack's); samples = readings received from
+   the readings topic with a timestamp in the window.
 2. Prometheus (Debian package `prometheus`), one static job with the same targets, writing
    its TSDB; samples = its `prometheus_tsdb_head_samples_appended_total` over the window,
    less the 5 series it adds per scrape (`up`, `scrape_duration_seconds`...).
@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.polling.cpu import cpu_seconds
-from bench.polling.producer import start_producer, tail
+from bench.polling.producer import PollingStack, producer, tail
 from bench.polling.topic import ReadingsCounter
 from bench.systems.base import dpkg_version
 from stack.config import REPO_ROOT
@@ -311,8 +311,9 @@ def _window(periods: int, pids: dict[str, int | None], web_port: int) -> dict[st
     }
 
 
-def measure(state_dir: Path, quick: bool) -> dict[str, Any]:
-    """The Prometheus scraping benchmark; keys for the top level of bench-results.json."""
+def measure(state_dir: Path, quick: bool, stack: PollingStack) -> dict[str, Any]:
+    """The Prometheus scraping benchmark, jobscope's producer publishing to the Kafka of
+    `stack`; keys for the top level of bench-results.json."""
     from stack import services
 
     work = state_dir.resolve() / "prometheus"
@@ -321,12 +322,11 @@ def measure(state_dir: Path, quick: bool) -> dict[str, Any]:
     n = TARGETS[quick]
     ports = [free_port() for _ in range(n)]
     devices_file = write_devices_file(work / "devices.yaml", ports)
-    settings = services.fresh_stack(work / "stack")
     started = time.monotonic()
     counter: ReadingsCounter | None = None
     prometheus: subprocess.Popen[bytes] | None = None
     with ThreadPoolExecutor(1) as pool:
-        kafka = pool.submit(services.start_kafka, settings)  # ~10 s: meanwhile, the rest
+        kafka = pool.submit(stack.need, "kafka")  # ~10 s unless started: meanwhile, the rest
         try:
             text = widen_to_cpus(record_exposition(work))
             per_target = sample_count(text)
@@ -340,29 +340,29 @@ def measure(state_dir: Path, quick: bool) -> dict[str, Any]:
             )
             with target_server(work, text, ports) as server:
                 prometheus, web_port = start_prometheus(work / "prometheus", ports)
-                kafka.result()
+                settings = kafka.result()
                 log.info(
                     "prometheus: targets, Prometheus and Kafka up in %.1f s",
                     time.monotonic() - started,
                 )
                 counter = ReadingsCounter(settings.kafka_bootstrap, "readings")
                 counter.start()
-                producer = start_producer(
-                    settings,
+                with producer(
+                    stack,
                     devices_file,
                     lambda: bool(counter.messages),
                     "the first readings of jobscope's producer",
                     START_TIMEOUT_S,
-                )
-                time.sleep(WARMUP_S[quick])
-                pids = {
-                    "jobscope": producer.pid(),
-                    "prometheus": prometheus.pid,
-                    "kafka": services.process(settings, "kafka").pid(),
-                    "targets": server.pid,
-                }
-                window = _window(MEASURE_S[quick] * 1000 // PERIOD_MS, pids, web_port)
-                time.sleep(PERIOD_MS / 1000)  # the last readings reach Kafka
+                ) as jobscope:
+                    time.sleep(WARMUP_S[quick])
+                    pids = {
+                        "jobscope": jobscope.pid(),
+                        "prometheus": prometheus.pid,
+                        "kafka": services.process(settings, "kafka").pid(),
+                        "targets": server.pid,
+                    }
+                    window = _window(MEASURE_S[quick] * 1000 // PERIOD_MS, pids, web_port)
+                    time.sleep(PERIOD_MS / 1000)  # the last readings reach Kafka
                 counter.finish.set()
                 counter.join(60)
                 if counter.error is not None:
@@ -374,7 +374,6 @@ def measure(state_dir: Path, quick: bool) -> dict[str, Any]:
                 stop_child(prometheus)
             with contextlib.suppress(Exception):
                 kafka.result()  # its failure, if any, is already raised
-            services.stop_all(settings)
     span = window["t1"] - window["t0"]
     cpu = window["cpu"]
     t0_us, t1_us = int(window["t0"] * 1e6), int(window["t1"] * 1e6)

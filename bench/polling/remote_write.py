@@ -31,6 +31,7 @@ import cramjam
 import httpx
 
 from bench.polling.cpu import cpu_seconds
+from bench.polling.producer import PollingStack
 from bench.systems.victoriametrics import BINARY
 from stack import secrets, services
 from stack.processes import ManagedProcess, free_port, wait_until
@@ -175,29 +176,30 @@ def _vm_ok(response: httpx.Response) -> int:
     return SAMPLES_PER_WRITE
 
 
-def measure(state_dir: Path, quick: bool) -> dict[str, Any]:
+def measure(state_dir: Path, quick: bool, stack: PollingStack) -> dict[str, Any]:
+    """The same writes to the API of `stack` and to a VictoriaMetrics of this benchmark's own;
+    keys for the top level of bench-results.json."""
     if shutil.which(BINARY) is None:
         raise RuntimeError(f"{BINARY} is not installed: run bench/install-peers.sh")
     seconds = WINDOW_S[quick]
     bodies = writes(64, int(time.time() * 1000) - 3_600_000)
-    settings = services.fresh_stack(state_dir / "remote-write")
-    settings.state_dir.mkdir(parents=True)
+    work = state_dir.resolve() / "remote-write"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
     vm_port = free_port()
-    vm = ManagedProcess("victoria-metrics", settings.pid_dir, settings.log_dir)
+    vm = ManagedProcess("victoria-metrics", work / "pids", work / "logs")
     try:
-        services.start_kafka(settings)
-        services.start_clickhouse(settings)
-        services.start_api(settings)
+        settings = stack.need("kafka", "clickhouse", "api")
         token = secrets.load_or_create(settings.state_dir)["JOBSCOPE_ADMIN_TOKEN"]
         vm.start(
             [
                 BINARY,
-                f"-storageDataPath={settings.state_dir / 'victoria-metrics'}",
+                f"-storageDataPath={work / 'victoria-metrics'}",
                 f"-httpListenAddr=127.0.0.1:{vm_port}",
                 "-retentionPeriod=100y",
             ],
             env={},
-            cwd=settings.state_dir,
+            cwd=work,
         )
         wait_until(
             lambda: httpx.get(f"http://127.0.0.1:{vm_port}/health", timeout=2).status_code == 200,
@@ -231,7 +233,6 @@ def measure(state_dir: Path, quick: bool) -> dict[str, Any]:
         }
     finally:
         vm.stop()
-        services.stop_all(settings)
     out: dict[str, Any] = {"remote_write_goal": GOAL}
     for name, figures in (("remote_write", proto), ("line_protocol", line)):
         ours, theirs = figures["jobscope"]["per_core_s"], figures["victoriametrics"]["per_core_s"]

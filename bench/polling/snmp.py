@@ -9,9 +9,10 @@ Kwollect's plain form (one entry per OID: `snmp://public@127.0.1.1:161/<OID>`), 
 jobscope and Kwollect unchanged.
 
 The collectors run one after the other, alone on the machine with the agents:
-1. jobscope: `python -m producers --devices FILE`, publishing to a real Kafka broker (the
-   stack's own, stack/services.py); OIDs = readings received from the readings topic with a
-   timestamp in the window; tick lateness from those timestamps (timestamp - tick).
+1. jobscope: `python -m producers --devices FILE`, publishing to a real Kafka broker (that
+   of the polling benchmarks' shared stack, bench/polling/producer.py); OIDs = readings
+   received from the readings topic with a timestamp in the window; tick lateness from those
+   timestamps (timestamp - tick).
 2. snmp_exporter (Prometheus, Debian package): one module with the 20 OIDs, scraped for every
    device every PERIOD_MS by a minimal HTTP client in this process; OIDs = samples returned
    (the `snmp_scrape_*` ones excluded) by scrapes started in the window.
@@ -47,7 +48,7 @@ from typing import Any
 
 from bench.polling.cpu import Window
 from bench.polling.kwollect import create_tables, kwollect_venv
-from bench.polling.producer import start_producer, tail
+from bench.polling.producer import PollingStack, producer, tail
 from bench.polling.topic import ReadingsCounter
 from bench.systems.base import dpkg_version
 from stack.processes import free_port, stop_child, wait_until
@@ -174,62 +175,56 @@ STATS_LINE = re.compile(
 
 
 def _jobscope(
-    workdir: Path, devices_file: Path, agents: list[Snmpd], n: int, quick: bool
+    stack: PollingStack, devices_file: Path, agents: list[Snmpd], n: int, quick: bool
 ) -> dict[str, Any]:
     from stack import services
 
-    settings = services.fresh_stack(workdir / "stack")
-    counter: ReadingsCounter | None = None
+    settings = stack.need("kafka")
+    counter = ReadingsCounter(settings.kafka_bootstrap, "readings")
+    counter.start()
     try:
-        services.start_kafka(settings)
-        counter = ReadingsCounter(settings.kafka_bootstrap, "readings")
-        counter.start()
-        proc = start_producer(
-            settings,
+        with producer(
+            stack,
             devices_file,
             lambda: bool(counter.messages),
             "the first readings of jobscope's producer",
             START_TIMEOUT_S,
             JOBSCOPE_STATS_INTERVAL_S="10",
-        )
-        pid = proc.pid()
-        assert pid is not None
-        time.sleep(WARMUP_S[quick])
-        kafka_pid = services.process(settings, "kafka").pid()
-        window = Window(pid, [kafka_pid] if kafka_pid else [], [a.pid or 0 for a in agents])
-        log_start = proc.log_file.stat().st_size
-        window.run(MEASURE_S[quick])
-        log_end = proc.log_file.stat().st_size
-        time.sleep(2 * PERIOD_MS / 1000)  # the polls of the last ticks reach Kafka
+        ) as proc:
+            pid = proc.pid()
+            assert pid is not None
+            time.sleep(WARMUP_S[quick])
+            kafka_pid = services.process(settings, "kafka").pid()
+            window = Window(pid, [kafka_pid] if kafka_pid else [], [a.pid or 0 for a in agents])
+            log_start = proc.log_file.stat().st_size
+            window.run(MEASURE_S[quick])
+            log_end = proc.log_file.stat().st_size
+            time.sleep(2 * PERIOD_MS / 1000)  # the polls of the last ticks reach Kafka
         counter.finish.set()
         counter.join(60)
         if counter.error is not None:
             raise counter.error
-        t0_us, t1_us = int(window.t0 * 1e6), int(window.t1 * 1e6)
-        period_us = PERIOD_MS * 1000
-        in_window = [(ts, c) for ts, c in counter.messages if t0_us <= ts < t1_us]
-        lateness = sorted((ts % period_us) / 1000 for ts, _ in in_window)
-        with open(proc.log_file, "rb") as f:
-            f.seek(log_start)
-            stats = STATS_LINE.findall(f.read(log_end - log_start).decode(errors="replace"))
-        return _result(
-            sum(c for _, c in in_window),
-            window,
-            n,
-            messages=len(in_window),
-            tick_lateness_p50_ms=round(statistics.median(lateness), 2) if lateness else None,
-            tick_lateness_p99_ms=round(lateness[int(len(lateness) * 0.99)], 2)
-            if lateness
-            else None,
-            stats_tick_lateness_p99_ms=max((float(s[3]) for s in stats), default=None),
-            poll_errors=sum(int(s[0]) for s in stats),
-            poll_timeouts=sum(int(s[1]) for s in stats),
-            missed_ticks=sum(int(s[2]) for s in stats),
-        )
     finally:
-        if counter is not None:
-            counter.finish.set()
-        services.stop_all(settings)
+        counter.finish.set()
+    t0_us, t1_us = int(window.t0 * 1e6), int(window.t1 * 1e6)
+    period_us = PERIOD_MS * 1000
+    in_window = [(ts, c) for ts, c in counter.messages if t0_us <= ts < t1_us]
+    lateness = sorted((ts % period_us) / 1000 for ts, _ in in_window)
+    with open(proc.log_file, "rb") as f:
+        f.seek(log_start)
+        stats = STATS_LINE.findall(f.read(log_end - log_start).decode(errors="replace"))
+    return _result(
+        sum(c for _, c in in_window),
+        window,
+        n,
+        messages=len(in_window),
+        tick_lateness_p50_ms=round(statistics.median(lateness), 2) if lateness else None,
+        tick_lateness_p99_ms=round(lateness[int(len(lateness) * 0.99)], 2) if lateness else None,
+        stats_tick_lateness_p99_ms=max((float(s[3]) for s in stats), default=None),
+        poll_errors=sum(int(s[0]) for s in stats),
+        poll_timeouts=sum(int(s[1]) for s in stats),
+        missed_ticks=sum(int(s[2]) for s in stats),
+    )
 
 
 # -- snmp_exporter ---------------------------------------------------------------------------
@@ -482,8 +477,11 @@ def _run(name: str, results: dict[str, Any], work: Callable[[], dict[str, Any]])
         results[name] = {"error": f"{type(exc).__name__}: {exc}"}
 
 
-def measure(state_dir: Path, quick: bool, devices: int | None = None) -> dict[str, Any]:
-    """The SNMP polling benchmark; keys for the top level of bench-results.json."""
+def measure(
+    state_dir: Path, quick: bool, stack: PollingStack, devices: int | None = None
+) -> dict[str, Any]:
+    """The SNMP polling benchmark (jobscope's producer publishing to the Kafka of `stack`);
+    keys for the top level of bench-results.json."""
     state_dir = state_dir.resolve()
     work = state_dir / "snmp"
     shutil.rmtree(work, ignore_errors=True)
@@ -510,7 +508,7 @@ def measure(state_dir: Path, quick: bool, devices: int | None = None) -> dict[st
         _run(
             "jobscope",
             systems,
-            lambda: _jobscope(work / "jobscope", devices_file, agents, n, quick),
+            lambda: _jobscope(stack, devices_file, agents, n, quick),
         )
         _run(
             "snmp_exporter",

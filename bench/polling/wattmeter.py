@@ -8,8 +8,8 @@ frames. Their CPU is printed, never counted.
 1. jobscope: `python -m producers` with one `wattmeter://127.0.0.1:<port>/?version=2` entry per
    meter (METERS of them, over TCP), every port activated on demand at `optional_period: 20`
    by one activation on the on-demand topic (as a job's), publishing to a real Kafka broker
-   (the stack's own); readings = those of the readings topic with a timestamp in the window
-   (each message: one port, the ~50 frames of one poll).
+   (the polling benchmarks' shared stack's); readings = those of the readings topic with a
+   timestamp in the window (each message: one port, the ~50 frames of one poll).
 2. Kwollect: `kwollector-wattmetre` 1.3.1 (the venv of bench/polling/kwollect.py), one process
    per meter as Kwollect runs them (KWOLLECT_METERS of them), each fed its meter's frames on
    its standard input (the simulator's --stdout form, as sites pipe a meter into it), every
@@ -44,7 +44,7 @@ from typing import Any
 
 from bench.polling.cpu import Window
 from bench.polling.kwollect import create_tables, kwollect_venv
-from bench.polling.producer import start_producer, tail
+from bench.polling.producer import PollingStack, producer, tail
 from bench.polling.topic import TopicFollower
 from bench.systems.postgres import Postgres
 from stack.config import REPO_ROOT
@@ -182,38 +182,37 @@ def write_devices_file(path: Path, specs: list[MeterSpec]) -> Path:
     return path
 
 
-def _jobscope(work: Path, quick: bool, count: int) -> dict[str, Any]:
-    """jobscope's producer reading `count` meters."""
+def _jobscope(stack: PollingStack, work: Path, quick: bool, count: int) -> dict[str, Any]:
+    """jobscope's producer reading `count` meters, publishing to the Kafka of `stack`."""
     from kafka import topics
     from stack import services
 
-    settings = services.fresh_stack(work / "stack")
     meters = Wattmetres(work / "meters", _meters(count, "wmj"), free_port(), seed=SEED)
     spans: MessageSpans | None = None
     try:
         meters.start()
         specs = meters.meters  # with the ports they took
-        services.start_kafka(settings)
+        settings = stack.need("kafka")
         log.info("wattmeter: jobscope: Kafka ready, %d meters streaming", len(specs))
         _activate(settings.kafka_bootstrap, topics.ON_DEMAND.name, _ports(specs))
         spans = MessageSpans(settings.kafka_bootstrap, topics.READINGS.name, "wmj")
         spans.start()
         devices = write_devices_file(work / "devices.yaml", specs)
-        proc = start_producer(
-            settings,
+        with producer(
+            stack,
             devices,
             spans.full_mode,
             "readings of every frame from jobscope's producer",
             START_TIMEOUT_S,
             JOBSCOPE_STATS_INTERVAL_S="5",
-        )
-        pid = proc.pid()
-        assert pid is not None
-        time.sleep(WARMUP_S[quick])
-        kafka_pid = services.process(settings, "kafka").pid()
-        window = Window(pid, [kafka_pid] if kafka_pid else [], [meters.pid or 0])
-        window.run(MEASURE_S[quick])
-        time.sleep(1.5)  # the frames of the window's last second are polled and published
+        ) as proc:
+            pid = proc.pid()
+            assert pid is not None
+            time.sleep(WARMUP_S[quick])
+            kafka_pid = services.process(settings, "kafka").pid()
+            window = Window(pid, [kafka_pid] if kafka_pid else [], [meters.pid or 0])
+            window.run(MEASURE_S[quick])
+            time.sleep(1.5)  # the frames of the window's last second are polled and published
         spans.finish.set()
         spans.join(60)
         if spans.error is not None:
@@ -223,7 +222,6 @@ def _jobscope(work: Path, quick: bool, count: int) -> dict[str, Any]:
     finally:
         if spans is not None:
             spans.finish.set()
-        services.stop_all(settings)
         meters.stop()
 
 
@@ -447,8 +445,9 @@ def figures(systems: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def measure(state_dir: Path, quick: bool) -> dict[str, Any]:
-    """The wattmeter benchmark; keys for the top level of bench-results.json."""
+def measure(state_dir: Path, quick: bool, stack: PollingStack) -> dict[str, Any]:
+    """The wattmeter benchmark (jobscope's producer publishing to the Kafka of `stack`); keys
+    for the top level of bench-results.json."""
     state_dir = state_dir.resolve()
     work = state_dir / "wattmeter"
     shutil.rmtree(work, ignore_errors=True)
@@ -458,12 +457,12 @@ def measure(state_dir: Path, quick: bool) -> dict[str, Any]:
     with ThreadPoolExecutor(1) as pool:  # Kwollect's PostgreSQL starts meanwhile
         kwollect = pool.submit(_prepare_kwollect, state_dir, work / "kwollector", theirs_n)
         try:
-            _run("jobscope", systems, lambda: _jobscope(work / "jobscope", quick, ours_n))
+            _run("jobscope", systems, lambda: _jobscope(stack, work / "jobscope", quick, ours_n))
             if theirs_n != ours_n:
                 _run(
                     "jobscope_at_kwollect_load",
                     systems,
-                    lambda: _jobscope(work / "jobscope-kwollect-load", quick, theirs_n),
+                    lambda: _jobscope(stack, work / "jobscope-kwollect-load", quick, theirs_n),
                 )
             _run(
                 "kwollector_wattmetre",

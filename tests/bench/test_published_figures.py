@@ -42,6 +42,22 @@ def test_an_edited_figure_is_found() -> None:
     assert any(line.startswith("-") and "96,112" in line for line in diff), diff
 
 
+def test_the_helm_example_holds_the_sizing() -> None:
+    """The large-site values' producer shards and partitions are the sizing's, and an edited
+    count is found."""
+    assert publish.check_helm_example() == [], "python -m bench.publish regenerates them"
+    text, rendered = publish.helm_example_rendered()
+    shards = re.search(r"^producers:\n(?:.*\n)*?  shards: (\d+)$", text, re.M)
+    assert shards, "no producers.shards line"
+    edited = text.replace(shards[0], shards[0].replace(f"shards: {shards[1]}", "shards: 8"))
+    assert edited != text and publish.render_helm_example(edited, cited_sizing()) == rendered
+
+
+def cited_sizing() -> publish.Result:
+    page = (publish.REPO_ROOT / publish.SIZING_PAGE).read_text()
+    return publish.Result.load(next(f for name, f in publish.cited(page) if name == "sizing"))
+
+
 def test_a_cited_file_must_be_a_kept_result() -> None:
     page = Path("docs/kubernetes.md")
     for path in ("bench-results.json", "bench/results/no-such-run.json"):

@@ -92,12 +92,20 @@ def test_every_pod_pulls_with_the_image_pull_secrets() -> None:
             assert pod["imagePullSecrets"] == [{"name": "r"}], doc["metadata"]["name"]
 
 
-def test_large_site_has_eight_producer_shards_each_with_its_own_slice() -> None:
+def large_site_values() -> dict:
+    """The large-site values (their shard and partition counts come from the sizing,
+    bench/publish.py)."""
+    return yaml.safe_load((CHART / "ci" / "large-site.yaml").read_text())
+
+
+def test_large_site_has_its_producer_shards_each_with_its_own_slice() -> None:
     docs = scenario("large-site")
+    n = large_site_values()["producers"]["shards"]
+    assert n > 1
     producers = {
         name: d for name, d in by_kind(docs, "Deployment").items() if "-producers-" in name
     }
-    assert len(producers) == 8
+    assert len(producers) == n
     shards, ports = set(), set()
     for deployment in producers.values():
         assert deployment["spec"]["replicas"] == 1
@@ -107,8 +115,8 @@ def test_large_site_has_eight_producer_shards_each_with_its_own_slice() -> None:
         ports.add(container["ports"][0]["containerPort"])
         volume = deployment["spec"]["template"]["spec"]["volumes"][0]
         assert volume["configMap"]["name"] == "site-devices"
-    assert shards == {f"{i}/8" for i in range(8)}
-    assert ports == {9464 + i for i in range(8)}  # the settings add the shard index
+    assert shards == {f"{i}/{n}" for i in range(n)}
+    assert ports == {9464 + i for i in range(n)}  # the settings add the shard index
 
 
 def test_cluster_values_reach_the_schema_job() -> None:
@@ -125,7 +133,8 @@ def test_cluster_values_reach_the_schema_job() -> None:
     }
     topics = env_of(pod["initContainers"][0])
     assert pod["initContainers"][0]["command"] == ["python", "-m", "stack.create_topics"]
-    assert topics["JOBSCOPE_READINGS_PARTITIONS"] == "24"
+    partitions = large_site_values()["kafka"]["readingsPartitions"]
+    assert topics["JOBSCOPE_READINGS_PARTITIONS"] == str(partitions)
     assert topics["JOBSCOPE_KAFKA_REPLICATION_FACTOR"] == "3"
 
 
