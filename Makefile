@@ -44,7 +44,7 @@ help:
 	@echo "make superset  Superset dashboards on 127.0.0.1:8088 against the running stack"
 	@echo "make connect   Kafka Connect beside the running stack: OAR jobs by change data capture"
 	@echo "make down      stop them (data kept in state/)"
-	@echo "make install   as root: install jobscope as systemd units (jobscope.target)"
+	@echo "make install   as root: install jobscope as systemd units (jobscope.target); WITH=superset,connect: those too"
 	@echo "make status    what runs, where it listens, where it logs"
 	@echo "make backup DIR=path [FROM=prev]  a consistent backup of the running stack (FROM: incremental)"
 	@echo "make restore DIR=path  restore a backup into a fresh state/ (the stack stopped)"
@@ -77,8 +77,8 @@ down:
 
 # jobscope as systemd units on this machine, run from this checkout (stack/install.py,
 # docs/operations.md): settings in /etc/jobscope/jobscope.env, state in /var/lib/jobscope.
-install: system-deps venv
-	$(PY) -m stack install
+install: system-deps venv $(if $(findstring superset,$(WITH)),superset-venv)
+	$(PY) -m stack install $(if $(WITH),--with $(WITH))
 
 uninstall:
 	$(PY) -m stack uninstall

@@ -330,6 +330,19 @@ ORDER BY (noted_at, device_id)
 TTL toDateTime(noted_at) + toIntervalDay(7)
 SETTINGS ttl_only_drop_parts = 1, index_granularity = 8192;
 
+CREATE TABLE server_health
+(
+    `time` DateTime('UTC') CODEC(DoubleDelta, ZSTD(1)),
+    `figure` LowCardinality(String),
+    `subject` LowCardinality(String),
+    `value` Float64 CODEC(Gorilla(8), ZSTD(1))
+)
+ENGINE = MergeTree
+PARTITION BY toYYYYMM(time)
+ORDER BY (figure, subject, time)
+TTL time + toIntervalDay(30)
+SETTINGS index_granularity = 8192;
+
 CREATE MATERIALIZED VIEW audit_queue_errors_mv TO ingest_errors
 (
     `received_at` DateTime64(3),

@@ -10,13 +10,16 @@ from connectors import rest
 from connectors.config import ConnectSettings
 from connectors.oar_postgres import OarDatabase
 from connectors.worker import CONNECTORS_DIR, Worker
+from kafka.security import KafkaClientSettings
 from stack import kafka_broker, secrets
 from stack.config import StackSettings
 
 
-def worker(stack: StackSettings, connect: ConnectSettings) -> Worker:
+def worker(
+    stack: StackSettings, connect: ConnectSettings, kafka: KafkaClientSettings | None = None
+) -> Worker:
     """The stack's worker (process `connect`) against the stack's brokers, as the stack's
-    Kafka user `connect` when they authenticate."""
+    Kafka user `connect` when they authenticate (`kafka`: its credentials, else secrets.env's)."""
     return Worker(
         name="connect",
         state_dir=stack.state_dir,
@@ -25,7 +28,7 @@ def worker(stack: StackSettings, connect: ConnectSettings) -> Worker:
         host=stack.host,
         heap=connect.heap,
         replication_factor=stack.kafka_replication_factor,
-        kafka=kafka_broker.client_settings(stack, "connect"),
+        kafka=kafka or kafka_broker.client_settings(stack, "connect"),
     )
 
 

@@ -135,10 +135,18 @@ def main() -> int:
         default=Path("/"),
         help="install, uninstall: the file system root to write into (stack/install.py)",
     )
+    parser.add_argument(
+        "--with",
+        dest="optional",
+        type=lambda text: [part for part in text.split(",") if part],
+        default=[],
+        metavar="PARTS",
+        help=f"install: also these units, comma-separated ({','.join(install.OPTIONAL_PARTS)})",
+    )
     args = parser.parse_args()
     command = args.command
     if command in ("install", "uninstall"):
-        return install.command(command, args.root)
+        return install.command(command, args.root, args.optional)
     if command in ("backup", "restore") and args.dir is None:
         parser.error(f"{command} needs the backup's folder")
     os.umask(0o077)  # what it writes in the state directory is private (docs/security.md)

@@ -1,5 +1,6 @@
-"""`python -m stack install|uninstall [--root DIR]` (`make install`): jobscope as systemd
-services on one machine, run from this checkout and its venv.
+"""`python -m stack install|uninstall [--root DIR] [--with superset,connect]` (`make install
+[WITH=superset,connect]`): jobscope as systemd services on one machine, run from this checkout
+and its venvs.
 
 It writes, under DIR (default `/`; the paths written into the files are DIR's, so a tree
 installed elsewhere runs in place, as the tests run it):
@@ -12,7 +13,9 @@ installed elsewhere runs in place, as the tests run it):
 - `var/lib/jobscope/`: the state, one folder per part owned by that part's account, and the
   generated secrets (`secrets.env`, root's);
 - `etc/systemd/system/jobscope-{kafka,clickhouse,producers,api}.service` and
-  `jobscope.target`.
+  `jobscope.target`; with `--with`, `jobscope-superset.service` (after ClickHouse) and
+  `jobscope-connect.service` (after Kafka; it reads the site's OAR database, whose password
+  the installer takes from JOBSCOPE_CONNECT_OAR_DB_PASSWORD), kept by later installs.
 Accounts (`useradd --system`), ownership, `systemctl enable` happen only for DIR `/` as root;
 otherwise what would be run is printed. Installing again keeps the secrets, the data and
 the settings file's values (the variables given override them): run it after editing the
@@ -27,7 +30,7 @@ import pwd
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -35,19 +38,25 @@ from typing import TypeVar
 from pydantic import BaseModel, ValidationError
 from pydantic_settings import BaseSettings
 
-from stack import kafka_broker, secrets, service
+from stack import kafka_broker, secrets, service, superset
 from stack.config import REPO_ROOT, StackSettings
 from stack.services import USERADD_OPTIONS, let_account_reach
 
 PARTS = ("kafka", "clickhouse", "producers", "api")
 """In start order; each part is one unit and one account."""
+OPTIONAL_PARTS = ("superset", "connect")
+"""Installed when asked for (`--with`), or when an earlier install did."""
 PREFIX = "JOBSCOPE_"
 DESCRIPTIONS = {
     "kafka": "jobscope Kafka broker (KRaft)",
     "clickhouse": "jobscope ClickHouse server (embedded engine)",
     "producers": "jobscope producers (polling devices into Kafka)",
     "api": "jobscope REST API",
+    "superset": "jobscope Superset (dashboards, SQL Lab)",
+    "connect": "jobscope Kafka Connect (OAR jobs by change data capture)",
 }
+OAR_DB_PASSWORD = "JOBSCOPE_CONNECT_OAR_DB_PASSWORD"
+"""The site's OAR database password: the installer's environment, else the last install's."""
 
 
 T = TypeVar("T", bound=BaseModel)
@@ -179,48 +188,76 @@ def render_settings(settings: StackSettings, values: Mapping[str, str]) -> str:
 
 
 def part_secrets(settings: StackSettings, part: str, values: Mapping[str, str]) -> dict[str, str]:
-    """The secrets of `part` (stack.secrets.OWNERS), its Kafka password under the name its
-    Kafka client reads."""
+    """The secrets of `part` (stack.secrets.OWNERS; Superset's unit also sets its admin's
+    password, Connect's holds the OAR database's when given), its Kafka password under the
+    name its Kafka client reads."""
     kafka_passwords = set(kafka_broker.SCRAM_USERS.values())
-    own = {n: values[n] for n in secrets.OWNERS[part] if n not in kafka_passwords}
-    if kafka_broker.sasl(settings):
+    names = {"superset": service.SUPERSET_SECRETS, "connect": (OAR_DB_PASSWORD,)}
+    wanted = names.get(part) or secrets.OWNERS[part]
+    own = {n: values[n] for n in wanted if n in values and n not in kafka_passwords}
+    if kafka_broker.sasl(settings) and part in service.KAFKA_USERS:
         user = service.KAFKA_USERS[part]
         own["JOBSCOPE_KAFKA_SASL_PASSWORD"] = values[kafka_broker.SCRAM_USERS[user]]
     return own
 
 
 def validate_parts(
-    settings: StackSettings, values: Mapping[str, str], passwords: Mapping[str, str]
+    settings: StackSettings,
+    values: Mapping[str, str],
+    passwords: Mapping[str, str],
+    parts: Sequence[str],
 ) -> None:
     """Each component's settings, from the environment its unit gives it."""
     from api.infra.config import ApiSettings
     from producers.config import ProducerSettings
     from stack.clickhouse_server.config import ServerSettings
+    from stack.superset import SupersetSettings
 
     classes: dict[str, type[BaseSettings]] = {
         "clickhouse": ServerSettings,
         "producers": ProducerSettings,
         "api": ApiSettings,
+        "superset": SupersetSettings,
     }
-    for part, cls in classes.items():
+    for part in parts:
         env = {
             **values,
             **service.part_env(settings, part),
             **part_secrets(settings, part, passwords),
         }
-        _validated(cls, env, f"the {part}' settings")
+        if part in classes:
+            _validated(classes[part], env, f"the {part}' settings")
+        if part == "connect":  # connectors/ imports stack/, not the reverse: its own check
+            done = connect_step("check", env)
+            if done.returncode != 0:
+                raise InstallError(f"refusing to install Connect: {done.stderr.strip()}")
+
+
+def connect_step(step: str, env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
+    """`python -m connectors.service <step>` (the Connect unit's) in the environment `env`."""
+    return subprocess.run(
+        [sys.executable, "-m", "connectors.service", step],
+        env={**secrets.public_environ(), **env},
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
 
 
 def render_unit(settings: StackSettings, layout: Layout, part: str) -> str:
     """The systemd unit of `part`."""
     python = sys.executable
     state = settings.state_dir
-    step = f"{python} -m stack.service"
+    # Connect's steps are in connectors/ (which imports stack/, not the reverse)
+    step = f"{python} -m {'connectors' if part == 'connect' else 'stack'}.service"
     after = {
         "kafka": ["network.target"],
         "clickhouse": ["network.target", unit_name("kafka")],
         "producers": ["network.target", unit_name("kafka"), unit_name("clickhouse")],
         "api": ["network.target", unit_name("kafka"), unit_name("clickhouse")],
+        "superset": ["network.target", unit_name("clickhouse")],
+        "connect": ["network.target", unit_name("kafka")],
     }[part]
     requires = [u for u in after if u != "network.target"]
     writable = {
@@ -233,6 +270,8 @@ def render_unit(settings: StackSettings, layout: Layout, part: str) -> str:
         ],
         "producers": [state / "producer-spool", service.ipmi_cache_dir(settings)],
         "api": [],
+        "superset": [superset.home(settings)],
+        "connect": [service.connect_home(settings)],
     }[part]
     unit = [
         "# Written by `python -m stack install` (stack/install.py); install again to change it.",
@@ -254,8 +293,10 @@ def render_unit(settings: StackSettings, layout: Layout, part: str) -> str:
     else:
         unit.append(f"EnvironmentFile={layout.secrets_file(part)}")
     unit += [f"WorkingDirectory={REPO_ROOT}", f"ExecStart={step} {part}"]
-    if part == "kafka":
-        unit += [f"ExecStartPost={step} kafka-ready", "SuccessExitStatus=143"]
+    if part in ("kafka", "connect"):  # a JVM stopped by SIGTERM exits 143
+        unit += [f"ExecStartPost={step} {part}-ready", "SuccessExitStatus=143"]
+    if part == "superset":
+        unit.append(f"ExecStartPost={step} superset-ready")
     if part == "clickhouse":
         unit += [
             f"ExecStartPost={step} clickhouse-schema",
@@ -282,12 +323,12 @@ def render_unit(settings: StackSettings, layout: Layout, part: str) -> str:
     return "\n".join(unit) + "\n"
 
 
-def render_target() -> str:
+def render_target(parts: Sequence[str]) -> str:
     return (
         "# Written by `python -m stack install` (stack/install.py).\n"
         "[Unit]\n"
         "Description=jobscope: job-scoped metrics (Kafka, ClickHouse, producers, API)\n"
-        f"Wants={' '.join(unit_name(p) for p in PARTS)}\n"
+        f"Wants={' '.join(unit_name(p) for p in parts)}\n"
         "\n[Install]\nWantedBy=multi-user.target\n"
     )
 
@@ -311,15 +352,17 @@ def owned_paths(settings: StackSettings) -> dict[str, list[tuple[Path, bool]]]:
         ],
         "producers": [(state / "producer-spool", True), (service.ipmi_cache_dir(settings), True)],
         "api": [],
+        "superset": [(superset.home(settings), True)],
+        "connect": [(service.connect_home(settings), True)],
     }
 
 
-def prepare_state(settings: StackSettings) -> None:
+def prepare_state(settings: StackSettings, parts: Sequence[str]) -> None:
     """The state folders and Kafka: configuration rendered, storage formatted once (with
-    the SCRAM users), the broker's jars copied from the Maven cache."""
+    the SCRAM users), the broker's jars copied from the Maven cache; Connect's jars too."""
     secrets.private_dir(settings.state_dir).chmod(0o711)  # the accounts reach their own
-    for paths in owned_paths(settings).values():
-        for path, folder in paths:
+    for part in parts:
+        for path, folder in owned_paths(settings)[part]:
             if folder:
                 path.mkdir(mode=0o700, exist_ok=True)
             else:
@@ -331,6 +374,10 @@ def prepare_state(settings: StackSettings) -> None:
     jars.mkdir(mode=0o700)
     for jar in kafka_broker.classpath(settings).split(os.pathsep):
         shutil.copy2(jar, jars)
+    if "connect" in parts:  # its classpath and plugins, from the installer's Maven cache
+        done = connect_step("jars", {f"{PREFIX}STATE_DIR": str(settings.state_dir)})
+        if done.returncode != 0:
+            raise InstallError(f"Connect's jars not copied: {done.stdout}{done.stderr}")
 
 
 def _run_or_say(layout: Layout, argv: list[str]) -> None:
@@ -340,9 +387,9 @@ def _run_or_say(layout: Layout, argv: list[str]) -> None:
         print(f"  would run: {' '.join(argv)}")
 
 
-def give_to_accounts(settings: StackSettings, layout: Layout) -> None:
+def give_to_accounts(settings: StackSettings, layout: Layout, parts: Sequence[str]) -> None:
     """Create each part's account and give it its folders (on this machine, as root)."""
-    for part in PARTS:
+    for part in parts:
         name = account(settings, part)
         try:
             pwd.getpwnam(name)
@@ -355,34 +402,54 @@ def give_to_accounts(settings: StackSettings, layout: Layout) -> None:
             let_account_reach(REPO_ROOT, entry.pw_uid, entry.pw_gid, listed=True)
 
 
-def install(layout: Layout, environ: Mapping[str, str]) -> StackSettings:
-    """Validate, then write everything; return the settings installed."""
+def installed_parts(layout: Layout, optional: Sequence[str]) -> tuple[str, ...]:
+    """PARTS, then the optional parts asked for or installed before (their unit is there)."""
+    unknown = sorted(set(optional) - set(OPTIONAL_PARTS))
+    if unknown:
+        raise InstallError(
+            f"refusing to install: --with {','.join(unknown)}: only {', '.join(OPTIONAL_PARTS)}"
+        )
+    return PARTS + tuple(
+        p for p in OPTIONAL_PARTS if p in optional or layout.unit_file(unit_name(p)).exists()
+    )
+
+
+def install(
+    layout: Layout, environ: Mapping[str, str], optional: Sequence[str] = ()
+) -> tuple[StackSettings, tuple[str, ...]]:
+    """Validate, then write everything; return the settings and the parts installed."""
+    parts = installed_parts(layout, optional)
     values = settings_values(layout, environ)
     settings = _validated(StackSettings, values, str(layout.config_file))
     secrets.private_dir(settings.state_dir)
-    passwords = secrets.load_or_create(settings.state_dir)
-    validate_parts(settings, values, passwords)
+    passwords = dict(secrets.load_or_create(settings.state_dir))
+    oar = environ.get(OAR_DB_PASSWORD) or read_env_file(layout.secrets_file("connect")).get(
+        OAR_DB_PASSWORD
+    )
+    if oar:
+        passwords[OAR_DB_PASSWORD] = oar
+    validate_parts(settings, values, passwords, parts)
     if not settings.devices_file.exists():
         demo = REPO_ROOT / "producers" / "config" / "demo.yaml"
         _write(settings.devices_file, demo.read_text(), 0o644)
     _write(layout.config_file, render_settings(settings, values), 0o644)
     layout.etc.chmod(0o755)
-    for part in PARTS:
+    for part in parts:
         own = part_secrets(settings, part, passwords)
         _write(layout.secrets_file(part), "".join(f"{n}={v}\n" for n, v in own.items()), 0o600)
     layout.secrets_dir.chmod(0o700)
-    prepare_state(settings)
-    for part in PARTS:
+    prepare_state(settings, parts)
+    for part in parts:
         _write(layout.unit_file(unit_name(part)), render_unit(settings, layout, part), 0o644)
-    _write(layout.unit_file("jobscope.target"), render_target(), 0o644)
-    give_to_accounts(settings, layout)
+    _write(layout.unit_file("jobscope.target"), render_target(parts), 0o644)
+    give_to_accounts(settings, layout, parts)
     for argv in (
         ["systemctl", "daemon-reload"],
         ["systemctl", "enable", "--now", "jobscope.target"],
     ):
         if Path("/run/systemd/system").exists() or not layout.real:
             _run_or_say(layout, argv)
-    return settings
+    return settings, parts
 
 
 def uninstall(layout: Layout) -> list[Path]:
@@ -391,7 +458,7 @@ def uninstall(layout: Layout) -> list[Path]:
     if Path("/run/systemd/system").exists() or not layout.real:
         _run_or_say(layout, ["systemctl", "disable", "--now", "jobscope.target"])
     removed = []
-    for name in (*map(unit_name, PARTS), "jobscope.target"):
+    for name in (*map(unit_name, PARTS + OPTIONAL_PARTS), "jobscope.target"):
         path = layout.unit_file(name)
         if path.exists():
             path.unlink()
@@ -401,8 +468,8 @@ def uninstall(layout: Layout) -> list[Path]:
     return removed
 
 
-def command(name: str, root: Path) -> int:
-    """`python -m stack install|uninstall --root DIR`."""
+def command(name: str, root: Path, optional: Sequence[str] = ()) -> int:
+    """`python -m stack install|uninstall --root DIR [--with superset,connect]`."""
     layout = Layout(root.resolve())
     if name == "uninstall":
         removed = uninstall(layout)
@@ -413,12 +480,12 @@ def command(name: str, root: Path) -> int:
         return 0
     os.umask(0o077)
     try:
-        settings = install(layout, os.environ)
+        settings, parts = install(layout, os.environ, optional)
     except InstallError as exc:
         print(exc, file=sys.stderr)
         return 2
     print(
-        f"installed: {', '.join(unit_name(p) for p in PARTS)} and jobscope.target in "
+        f"installed: {', '.join(unit_name(p) for p in parts)} and jobscope.target in "
         f"{layout.unit_dir}\nsettings: {layout.config_file}\nsecrets: {layout.secrets_dir}, "
         f"{settings.state_dir / 'secrets.env'}\nstate: {settings.state_dir}\n"
         "start: systemctl enable --now jobscope.target    logs: journalctl -u 'jobscope-*'"

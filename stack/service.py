@@ -4,9 +4,11 @@
 `make up` does, and runs in the foreground: a service step replaces itself with the
 component's process (exec), so systemd supervises the component itself.
 
-Secrets come from the unit, never from the state directory: the API and the producers get
-theirs in their environment (EnvironmentFile), the ClickHouse server on its standard input
-(StandardInput=file:), read once and never in its environment, as `make up`'s pipe.
+Secrets come from the unit, never from the state directory: the API, the producers and
+Superset get theirs in their environment (EnvironmentFile), the ClickHouse server on its
+standard input (StandardInput=file:), read once and never in its environment, as `make up`'s
+pipe. The optional Connect unit's steps are connectors/service.py's (connectors/ imports
+stack/, not the reverse), run by this module's main.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from confluent_kafka.admin import AdminClient
 from clickhouse.migrate import MigrationSettings, apply_migrations, connect
 from kafka import topics
 from kafka.security import KafkaClientSettings
-from stack import kafka_broker
+from stack import kafka_broker, superset
 from stack.clickhouse_server.__main__ import SECRETS_FD_VAR
 from stack.config import REPO_ROOT, StackSettings
 from stack.processes import wait_until
@@ -40,7 +42,20 @@ READY_TIMEOUT_S = 240.0
 """A start step waits this long for its server (the unit's TimeoutStartSec is longer)."""
 
 # The Kafka user each part connects as (stack/kafka_broker.py SCRAM_USERS).
-KAFKA_USERS = {"kafka": "admin", "clickhouse": "clickhouse", "producers": "producers", "api": "api"}
+KAFKA_USERS = {
+    "kafka": "admin",
+    "clickhouse": "clickhouse",
+    "producers": "producers",
+    "api": "api",
+    "connect": "connect",
+}
+SUPERSET_SECRETS = (
+    "JOBSCOPE_CLICKHOUSE_SUPERSET_PASSWORD",
+    "JOBSCOPE_SUPERSET_SECRET_KEY",
+    "JOBSCOPE_OIDC_SUPERSET_SECRET",
+    superset.ADMIN_PASSWORD,
+)
+"""Superset's unit's secrets (its EnvironmentFile)."""
 
 
 def kafka_jars(settings: StackSettings) -> Path:
@@ -57,9 +72,20 @@ def ipmi_cache_dir(settings: StackSettings) -> Path:
     return settings.state_dir / "ipmi-sdr-cache"
 
 
+def connect_home(settings: StackSettings) -> Path:
+    """The Connect worker's folder (Worker.home): its properties, secrets, jars, plugins."""
+    return settings.state_dir / "connect"
+
+
+def connect_jars(settings: StackSettings) -> Path:
+    """The worker's classpath, copied there by the install (as Kafka's)."""
+    return connect_home(settings) / "lib"
+
+
 def kafka_env(settings: StackSettings, part: str) -> dict[str, str]:
-    """How `part` reaches the brokers, less its password (the unit's secret)."""
-    if not kafka_broker.sasl(settings):
+    """How `part` reaches the brokers, less its password (the unit's secret); nothing for
+    a part that uses no Kafka (Superset)."""
+    if part not in KAFKA_USERS or not kafka_broker.sasl(settings):
         return {}
     user = KAFKA_USERS[part]
     plain = user in kafka_broker.PLAIN_USERS
@@ -80,6 +106,8 @@ def part_env(settings: StackSettings, part: str) -> dict[str, str]:
         env["HOME"] = str(settings.state_dir / "clickhouse")
     if part == "producers":
         env["JOBSCOPE_IPMI_SDR_CACHE_DIR"] = str(ipmi_cache_dir(settings))
+    if part == "superset":  # a system account has no home: its cache in its own folder
+        env["HOME"] = str(superset.home(settings))
     return env
 
 
@@ -94,9 +122,9 @@ def read_secrets(stream_fd: int = 0) -> dict[str, str]:
     }
 
 
-def _exec(argv: list[str], env: Mapping[str, str]) -> None:
-    """Replace this process with `argv` (the unit's main process), in the checkout."""
-    os.chdir(REPO_ROOT)
+def exec_step(argv: list[str], env: Mapping[str, str], cwd: Path = REPO_ROOT) -> None:
+    """Replace this process with `argv` (the unit's main process), in `cwd`."""
+    os.chdir(cwd)
     os.execve(argv[0], argv, {**os.environ, **env})
 
 
@@ -105,7 +133,7 @@ def run_kafka(settings: StackSettings) -> None:
     java = shutil.which("java")
     if java is None:
         raise RuntimeError("java is not on the PATH (Debian package default-jre-headless)")
-    _exec(
+    exec_step(
         [
             java,
             f"-Xmx{settings.kafka_heap}",
@@ -121,7 +149,7 @@ def run_kafka(settings: StackSettings) -> None:
 
 def kafka_ready(settings: StackSettings) -> None:
     """Wait for the broker, then create the topics that do not exist yet (ExecStartPost)."""
-    client = KafkaClientSettings(**_kafka_client_values(settings, os.environ))
+    client = KafkaClientSettings(**kafka_client_values(settings, os.environ))
     admin = AdminClient({**client.kafka_client(), "log_level": 0})
     wait_until(
         lambda: admin.list_topics(timeout=2).brokers,
@@ -132,7 +160,9 @@ def kafka_ready(settings: StackSettings) -> None:
     ensure_topics(settings, client.kafka_security())
 
 
-def _kafka_client_values(settings: StackSettings, secrets: Mapping[str, str]) -> dict[str, str]:
+def kafka_client_values(settings: StackSettings, secrets: Mapping[str, str]) -> dict[str, str]:
+    """A KafkaClientSettings' values for the part this step runs as (part_env), its password
+    from `secrets`."""
     values = {"kafka_bootstrap": settings.kafka_bootstrap}
     if kafka_broker.sasl(settings):
         values |= {
@@ -146,7 +176,7 @@ def _kafka_client_values(settings: StackSettings, secrets: Mapping[str, str]) ->
 
 def run_clickhouse(settings: StackSettings) -> None:
     """The server reads its passwords from standard input (the unit's secrets file)."""
-    _exec([sys.executable, "-m", "stack.clickhouse_server"], {SECRETS_FD_VAR: "0"})
+    exec_step([sys.executable, "-m", "stack.clickhouse_server"], {SECRETS_FD_VAR: "0"})
 
 
 def _migration(settings: StackSettings, secrets: Mapping[str, str]) -> MigrationSettings:
@@ -182,7 +212,7 @@ def clickhouse_drain(settings: StackSettings) -> None:
         log.warning("ClickHouse is not answering: nothing to drain")
         return
     migration = _migration(settings, secrets)
-    client = KafkaClientSettings(**_kafka_client_values(settings, secrets))
+    client = KafkaClientSettings(**kafka_client_values(settings, secrets))
 
     def consumed() -> bool:
         lag = topics.consumer_lag(
@@ -212,11 +242,33 @@ def clickhouse_drain(settings: StackSettings) -> None:
 
 def run_producers(settings: StackSettings) -> None:
     argv = [sys.executable, "-m", "producers", "--devices", str(settings.devices_file)]
-    _exec(argv, {})
+    exec_step(argv, {})
 
 
 def run_api(settings: StackSettings) -> None:
-    _exec([sys.executable, "-m", "api"], {})
+    exec_step([sys.executable, "-m", "api"], {})
+
+
+def _superset_secrets() -> dict[str, str]:
+    return {n: os.environ[n] for n in SUPERSET_SECRETS if n in os.environ}
+
+
+def run_superset(settings: StackSettings) -> None:
+    """As `make superset`: initialise the metadata (migrations once per version, the admin's
+    password from the unit's secrets), import the dashboards, then serve (gunicorn)."""
+    site = superset.SupersetSettings()
+    values = _superset_secrets()
+    superset.check_installed(site)
+    superset.initialise(settings, site, values)
+    superset.import_bundle(settings, site, values)
+    env = superset.superset_env(settings, site, values)
+    exec_step(superset.gunicorn_argv(site), env, superset.home(settings))
+
+
+def superset_ready(settings: StackSettings) -> None:
+    """Wait for Superset's /health (ExecStartPost: the unit is started once it serves)."""
+    url = superset.SupersetSettings().url
+    wait_until(lambda: superset.healthy(url), READY_TIMEOUT_S, f"Superset on {url}", 1, STARTING)
 
 
 STEPS: dict[str, tuple[str, Callable[[StackSettings], None]]] = {
@@ -227,18 +279,24 @@ STEPS: dict[str, tuple[str, Callable[[StackSettings], None]]] = {
     "clickhouse-drain": ("clickhouse", clickhouse_drain),
     "producers": ("producers", run_producers),
     "api": ("api", run_api),
+    "superset": ("superset", run_superset),
+    "superset-ready": ("superset", superset_ready),
 }
 """Each step and the part whose environment it runs in."""
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(prog="python -m stack.service", description=__doc__)
-    parser.add_argument("step", choices=sorted(STEPS))
+def main(
+    steps: Mapping[str, tuple[str, Callable[[StackSettings], None]]] = STEPS,
+    prog: str = "python -m stack.service",
+) -> int:
+    """Run one of `steps` (connectors/service.py has Connect's), in its part's environment."""
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__)
+    parser.add_argument("step", choices=sorted(steps))
     step = parser.parse_args().step
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     os.umask(0o077)
     settings = StackSettings()
-    part, run = STEPS[step]
+    part, run = steps[step]
     os.environ.update(part_env(settings, part))
     run(settings)
     return 0

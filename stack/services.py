@@ -307,6 +307,9 @@ def start_clickhouse(settings: StackSettings, timeout: float = 60.0, schema: boo
                 **python_env,
                 "JOBSCOPE_CLICKHOUSE_SECRETS_FD": str(read_end),
                 "HOME": str(data_dir),
+                # a restore's server: no health row may land in server_health while RESTORE
+                # fills it (monitoring.py HealthRecorder)
+                **({} if schema else {"JOBSCOPE_CLICKHOUSE_HEALTH_RECORD_INTERVAL_S": "0"}),
             },
             cwd=REPO_ROOT,
             ports=[(settings.host, settings.clickhouse_port)],

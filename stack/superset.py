@@ -23,6 +23,7 @@ import subprocess
 import urllib.error
 import urllib.request
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 
 import yaml
@@ -41,6 +42,7 @@ UNIT_PLACEHOLDER = "METRIC_UNIT_SQL"
 """Where a dataset's column takes the unit of its metric_id (build_bundle)."""
 DATABASE_FILE = "databases/jobscope_clickhouse.yaml"
 JOB_DASHBOARD_SLUG = "jobscope-job"
+ADMIN_PASSWORD = "JOBSCOPE_SUPERSET_ADMIN_PASSWORD"
 
 
 class SupersetSettings(BaseSettings):
@@ -99,9 +101,12 @@ def process(stack: StackSettings, name: str = "superset") -> ManagedProcess:
     return ManagedProcess(name, stack.pid_dir, stack.log_dir)
 
 
-def superset_env(stack: StackSettings, settings: SupersetSettings) -> dict[str, str]:
-    """The environment of every Superset command (read by superset/superset_config.py)."""
-    values = secrets.load_or_create(stack.state_dir)
+def superset_env(
+    stack: StackSettings, settings: SupersetSettings, values: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The environment of every Superset command (read by superset/superset_config.py);
+    the secrets are `values` (the service's own, stack/service.py), else secrets.env's."""
+    values = secrets.load_or_create(stack.state_dir) if values is None else values
     metadata = settings.database_url or f"sqlite:///{home(stack) / 'superset.db'}"
     oidc = (
         {
@@ -126,7 +131,7 @@ def superset_env(stack: StackSettings, settings: SupersetSettings) -> dict[str, 
 
 
 def admin_password(stack: StackSettings) -> str:
-    return secrets.load_or_create(stack.state_dir)["JOBSCOPE_SUPERSET_ADMIN_PASSWORD"]
+    return secrets.load_or_create(stack.state_dir)[ADMIN_PASSWORD]
 
 
 def check_installed(settings: SupersetSettings) -> None:
@@ -145,13 +150,14 @@ def _run(
     program: str = "superset",
     env: dict[str, str] | None = None,
     stdin: str | None = None,
+    values: Mapping[str, str] | None = None,
 ) -> str:
     """Run a command of Superset's venv (`superset` by default), with `env` added and `stdin`
-    as its input (never a password in its arguments); its output goes to the log, a failure
-    raises with it."""
+    as its input (never a password in its arguments); its output goes to the log (the
+    service's: its standard output, the journal), a failure raises with it."""
     result = subprocess.run(
         [str(settings.bin(program)), *args],
-        env={**secrets.public_environ(), **superset_env(stack, settings), **(env or {})},
+        env={**secrets.public_environ(), **superset_env(stack, settings, values), **(env or {})},
         cwd=home(stack),
         input=stdin,
         capture_output=True,
@@ -160,10 +166,13 @@ def _run(
         start_new_session=True,  # no terminal: a prompt reads `stdin`
     )
     log_file = stack.log_dir / "superset-setup.log"
-    log_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    with open(os.open(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "a") as log:
-        log.write(f"$ {program} {' '.join(args)}\n")
-        log.write(result.stdout + result.stderr)
+    output = f"$ {program} {' '.join(args)}\n{result.stdout}{result.stderr}"
+    if values is None:
+        log_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with open(os.open(log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "a") as log:
+            log.write(output)
+    else:
+        print(output, flush=True)
     if result.returncode != 0:
         raise RuntimeError(
             f"`{program} {args[0]}` failed (exit {result.returncode}); see {log_file}:\n"
@@ -184,7 +193,9 @@ def _initialised_copy(settings: SupersetSettings) -> Path:
     return settings.cache_dir / f"superset-metadata-{version}-{config[:12]}.db"
 
 
-def initialise(stack: StackSettings, settings: SupersetSettings) -> None:
+def initialise(
+    stack: StackSettings, settings: SupersetSettings, values: Mapping[str, str] | None = None
+) -> None:
     """Migrations and roles once per installed Superset version; the admin user created the
     first time, its password set again on later starts (the environment may override it).
     A new SQLite database starts from a copy of one initialised so before (the migrations
@@ -192,7 +203,7 @@ def initialise(stack: StackSettings, settings: SupersetSettings) -> None:
     home(stack).mkdir(parents=True, exist_ok=True)
     done = home(stack) / f".initialised-{_version(settings)}"
     earlier = list(home(stack).glob(".initialised-*"))
-    password = admin_password(stack)
+    password = (values or secrets.load_or_create(stack.state_dir))[ADMIN_PASSWORD]
     database = home(stack) / "superset.db"
     fresh = not earlier and not settings.database_url
     copy = _initialised_copy(settings)
@@ -201,7 +212,7 @@ def initialise(stack: StackSettings, settings: SupersetSettings) -> None:
         done.touch()
         earlier = [done]
     if not done.exists():
-        _run(stack, settings, "db", "upgrade")
+        _run(stack, settings, "db", "upgrade", values=values)
     # The password reaches `superset fab ...` by Flask's FLASK_<COMMAND>_<OPTION> variables
     # (and on its standard input, should it prompt), never in its arguments.
     if not earlier:
@@ -220,6 +231,7 @@ def initialise(stack: StackSettings, settings: SupersetSettings) -> None:
             "admin@localhost",
             env={"FLASK_FAB_CREATE_ADMIN_PASSWORD": password},
             stdin=f"{password}\n{password}\n",
+            values=values,
         )
     else:
         _run(
@@ -228,9 +240,10 @@ def initialise(stack: StackSettings, settings: SupersetSettings) -> None:
             *("fab", "reset-password", "--username", settings.admin_user),
             env={"FLASK_FAB_RESET_PASSWORD_PASSWORD": password},
             stdin=f"{password}\n{password}\n",
+            values=values,
         )
     if not done.exists():
-        _run(stack, settings, "init")
+        _run(stack, settings, "init", values=values)
         for old in earlier:
             old.unlink()
         done.touch()
@@ -271,17 +284,38 @@ def build_bundle(stack: StackSettings, settings: SupersetSettings) -> bytes:
     return buffer.getvalue()
 
 
-def import_bundle(stack: StackSettings, settings: SupersetSettings) -> Path:
+def import_bundle(
+    stack: StackSettings, settings: SupersetSettings, values: Mapping[str, str] | None = None
+) -> Path:
     """Import the bundle (the database, datasets, charts, dashboards), overwriting by UUID."""
     path = home(stack) / "bundle.zip"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(build_bundle(stack, settings))
     importer = str(SUPERSET_DIR / "import_assets.py")
-    _run(stack, settings, importer, str(path), settings.admin_user, program="python")
+    argv = (importer, str(path), settings.admin_user)
+    _run(stack, settings, *argv, program="python", values=values)
     return path
 
 
-def _healthy(url: str) -> bool:
+def gunicorn_argv(settings: SupersetSettings) -> list[str]:
+    """Superset served by gunicorn on `settings`' address."""
+    return [
+        str(settings.bin("gunicorn")),
+        "-w",
+        str(settings.workers),
+        "-k",
+        "gthread",
+        "--threads",
+        str(settings.threads),
+        "--timeout",
+        "120",
+        "-b",
+        f"{settings.host}:{settings.port}",
+        "superset.app:create_app()",
+    ]
+
+
+def healthy(url: str) -> bool:
     with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
         return response.status == 200
 
@@ -296,26 +330,13 @@ def serve(
     the same metadata with other settings."""
     proc = process(stack, name)
     proc.start(
-        [
-            str(settings.bin("gunicorn")),
-            "-w",
-            str(settings.workers),
-            "-k",
-            "gthread",
-            "--threads",
-            str(settings.threads),
-            "--timeout",
-            "120",
-            "-b",
-            f"{settings.host}:{settings.port}",
-            "superset.app:create_app()",
-        ],
+        gunicorn_argv(settings),
         env=superset_env(stack, settings),
         cwd=home(stack),
         ports=[(settings.host, settings.port)],
     )
     proc.wait_ready(
-        lambda: _healthy(settings.url), timeout, f"Superset on {settings.url}", 0.5, STARTING
+        lambda: healthy(settings.url), timeout, f"Superset on {settings.url}", 0.5, STARTING
     )
 
 

@@ -61,6 +61,8 @@ TABLE: dict[str, tuple[int, int]] = {
     # tests/api/test_otel_collector.py: an API, the Collector's OTLP receiver, its own /metrics
     "otel-collector": (90, 3),
     "upgrade": (93, 5),  # tests/stack/test_upgrade.py: the previous release's stack, then this
+    # tests/stack/test_service_install.py's optional units: Superset, Kafka Connect's REST port
+    "service-optional": (98, 2),
 }
 
 

@@ -12,6 +12,7 @@ from stack.clickhouse_server import engine_config
 from stack.clickhouse_server.config import ServerSettings
 from stack.clickhouse_server.engine import Engine
 from stack.clickhouse_server.http_handler import ClickHouseHTTPServer
+from stack.clickhouse_server.monitoring import HealthRecorder
 from stack.clickhouse_server.users import profiles
 
 SECRETS_FD_VAR = "JOBSCOPE_CLICKHOUSE_SECRETS_FD"
@@ -67,9 +68,12 @@ def main() -> int:
         settings.port,
         settings.pool_size,
     )
+    recorder = HealthRecorder(server.metrics, engine, settings.health_record_interval_s)
+    recorder.start()
     try:
         server.serve_forever()
     finally:
+        recorder.stop()
         server.server_close()
         engine.close()
         logging.info("stopped")

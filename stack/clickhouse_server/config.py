@@ -141,6 +141,12 @@ class ServerSettings(SqlLimitSettings):
         description="/metrics estimates the data's growth per day, and the days the free disk "
         "space holds, once it has watched the data directory this long (up to a day)",
     )
+    health_record_interval_s: float = Field(
+        60.0,
+        ge=0,
+        description="the /metrics figures and the server's start time are written to the table "
+        "server_health this often, for SQL readers and the Devices dashboard (0: never)",
+    )
     kafka: KafkaClientSettings = Field(
         default_factory=KafkaClientSettings,
         description="the Kafka tables' credentials, from JOBSCOPE_KAFKA_* (kafka/security.py): "

@@ -11,11 +11,16 @@ Days left: free bytes over the data directory's net growth per day, measured by 
 over the last day (at least `growth_min_window_s` of watching; before that, no estimate).
 Net growth counts what merges and TTL removed: with a TTL that holds the data steady it is
 about 0, and the disk never fills (+Inf days).
+
+The same figures, and the server's start time, are written to the table `server_health`
+every `health_record_interval_s` (HealthRecorder): what the alert rules watch, for SQL readers
+and the Devices dashboard, without a Prometheus.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 import shutil
@@ -255,8 +260,10 @@ class ServerMetrics:
             ("reason",),
             registry=self.registry,
         )
-        self.registry.register(_Gauges(settings, engine, open_connections))
-        ProcessCollector(registry=self.registry)  # process_start_time_seconds: restarts
+        self._gauges = _Gauges(settings, engine, open_connections)
+        self.registry.register(self._gauges)
+        # process_start_time_seconds: restarts
+        self._process = ProcessCollector(registry=self.registry)
 
     def answered(self) -> None:
         self._queries.labels("ok").inc()
@@ -269,3 +276,64 @@ class ServerMetrics:
 
     def exposition(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+    def health(self) -> list[tuple[str, str, float]]:
+        """(figure, subject, value) of every gauge (its labels' values joined by `/`; ''
+        without) and of the process' start time; what is not finite is left out."""
+        started = (f for f in self._process.collect() if f.name == "process_start_time_seconds")
+        return [
+            (sample.name.removeprefix(PREFIX), "/".join(sample.labels.values()), sample.value)
+            for family in (*self._gauges.collect(), *started)
+            for sample in family.samples
+            if math.isfinite(sample.value)
+        ]
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+RETRY_S = 10.0
+"""A failed record is tried again this soon (at most the interval)."""
+
+
+class HealthRecorder:
+    """Writes ServerMetrics.health to `server_health` (clickhouse/migrations/0027) now, then
+    every `interval_s` (0: never), on a thread of its own."""
+
+    def __init__(self, metrics: ServerMetrics, engine: Engine, interval_s: float) -> None:
+        self._metrics = metrics
+        self._engine = engine
+        self._interval_s = interval_s
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="health-recorder", daemon=True)
+
+    def start(self) -> None:
+        if self._interval_s > 0:
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._thread.is_alive():
+            self._thread.join(10.0)
+
+    def record(self) -> int:
+        """Write the figures once; return how many rows."""
+        rows = self._metrics.health()
+        values = ", ".join(
+            f"(now(), {_literal(figure)}, {_literal(subject)}, {value!r})"
+            for figure, subject, value in rows
+        )
+        with self._engine.control() as conn:
+            conn.run(f"INSERT INTO server_health (time, figure, subject, value) VALUES {values}")
+        return len(rows)
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            wait = self._interval_s
+            try:
+                self.record()
+            except Exception as exc:  # no table yet (the migrations run after the start)
+                log.warning("health not recorded: %s", exc)
+                wait = min(wait, RETRY_S)
+            self._stopping.wait(wait)

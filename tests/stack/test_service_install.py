@@ -31,7 +31,7 @@ from kafka.message import pack
 from kafka.reading import Reading
 from kafka.security import KafkaClientSettings
 from stack import install, kafka_broker, secrets
-from stack.config import REPO_ROOT
+from stack.config import REPO_ROOT, cache_home
 from stack.processes import port_in_use, wait_until
 from stack.transient import KAFKA_STARTING, STARTING
 from tests import ports
@@ -43,6 +43,12 @@ DEVICE = "svc-1"
 BURST_DEVICE = "svc-burst"
 BURST_MESSAGES = 100
 BURST_READINGS = 500
+FLUSH_INTERVAL_MS = 10_000
+"""The readings table's Kafka engine of these units writes a block this long after its first
+message at most: ClickHouse still holds the burst when its stop begins, so the drain waits."""
+
+PRODUCING = {"jobscope-producers.service", "jobscope-api.service"}
+"""Not needed by Superset and Connect: their test leaves them out."""
 
 pytestmark = pytest.mark.slow
 
@@ -64,9 +70,9 @@ def install_env(devices: Path | None = None, **extra: str) -> dict[str, str]:
     }
 
 
-def run_install(root: Path, env: dict[str, str], command: str = "install") -> Any:
+def run_install(root: Path, env: dict[str, str], command: str = "install", *args: str) -> Any:
     return subprocess.run(
-        [sys.executable, "-m", "stack", command, "--root", str(root)],
+        [sys.executable, "-m", "stack", command, "--root", str(root), *args],
         env=env,
         cwd=REPO_ROOT,
         capture_output=True,
@@ -170,12 +176,13 @@ class Supervisor:
 
     def stop(self, name: str, after_exec_stop: Callable[[], None] | None = None) -> None:
         unit = self.units[name]
-        proc = self.main.pop(name)
+        proc = self.main[name]  # until it stopped: kill_all kills it after a failed check
         self.run(name, "ExecStop")
         if after_exec_stop:
             after_exec_stop()
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(float(unit.get("Service.TimeoutStopSec", ["90"])[0]))
+        del self.main[name]
         # systemd's clean exits: 0, death by SIGHUP, SIGINT, SIGTERM or SIGPIPE, and the unit's own
         clean = {0, -signal.SIGHUP, -signal.SIGINT, -signal.SIGTERM, -signal.SIGPIPE}
         ok = clean | {
@@ -200,6 +207,10 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
         f"- {{name: svc_value, device_id: {DEVICE}, url: 'tester://?metrics=1', "
         f"update_every: {PERIOD_MS}}}\n"
     )
+    # a component's setting in the file an operator edits (kept by the install)
+    config = root / "etc" / "jobscope" / "jobscope.env"
+    config.parent.mkdir(parents=True)
+    config.write_text(f"JOBSCOPE_KAFKA_FLUSH_INTERVAL_MS={FLUSH_INTERVAL_MS}\n")
     done = run_install(root, install_env(devices))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "would run: useradd" in done.stdout  # not this machine's root: no account made
@@ -211,10 +222,12 @@ def units_of(root: Path) -> dict[str, dict[str, list[str]]]:
     return {p.name: parse_unit(p) for p in sorted(unit_dir.glob("jobscope-*.service"))}
 
 
-def test_units_verify(installed: Path) -> None:
-    unit_dir = installed / "etc" / "systemd" / "system"
+def verify(root: Path, count: int) -> dict[str, dict[str, list[str]]]:
+    """`systemd-analyze verify` on the units installed under `root`, and what every unit
+    shares: restart on failure, the journal, its own account, part of jobscope.target."""
+    unit_dir = root / "etc" / "systemd" / "system"
     files = sorted(map(str, unit_dir.glob("jobscope*")))
-    assert len(files) == 5, files
+    assert len(files) == count, files
     done = subprocess.run(
         ["systemd-analyze", "verify", "--man=no", *files],
         env={**os.environ, "SYSTEMD_UNIT_PATH": f"{unit_dir}:"},  # ours first, then the system's
@@ -223,7 +236,7 @@ def test_units_verify(installed: Path) -> None:
         timeout=60,
     )
     assert done.returncode == 0 and not done.stdout + done.stderr, done.stdout + done.stderr
-    units = units_of(installed)
+    units = units_of(root)
     for name, unit in units.items():
         assert unit["Service.Restart"] == ["on-failure"], name
         assert unit["Service.StandardOutput"] == ["journal"], name
@@ -232,6 +245,11 @@ def test_units_verify(installed: Path) -> None:
         assert unit["Unit.PartOf"] == ["jobscope.target"], name
     accounts = [unit["Service.User"][0] for unit in units.values()]
     assert len(set(accounts)) == len(accounts), accounts
+    return units
+
+
+def test_units_verify(installed: Path) -> None:
+    units = verify(installed, 5)
     order = start_order(units)
     assert order.index("jobscope-api.service") > order.index("jobscope-clickhouse.service")
     assert order.index("jobscope-producers.service") > order.index("jobscope-kafka.service")
@@ -277,6 +295,13 @@ def test_bad_setting_refuses_to_install(tmp_path: Path) -> None:
     assert done.returncode == 2 and "JOBSCOPE_READ_POLICY" in done.stderr, done.stderr
     assert not (tmp_path / "etc" / "systemd").exists()
     assert config.read_text() == "JOBSCOPE_READ_POLICY=everyone\n"
+    # Connect's service with `make connect`'s demo OAR database; a part there is no unit of
+    config.write_text("")
+    done = run_install(tmp_path, install_env(), "install", "--with", "connect")
+    assert done.returncode == 2 and "JOBSCOPE_CONNECT_LOCAL_OAR_DB" in done.stderr, done.stderr
+    done = run_install(tmp_path, install_env(), "install", "--with", "grafana")
+    assert done.returncode == 2 and "--with grafana" in done.stderr, done.stderr
+    assert not (tmp_path / "etc" / "systemd").exists()
 
 
 def publish_burst(kafka: KafkaClientSettings) -> None:
@@ -331,8 +356,25 @@ def test_stop_all_start_all_loses_no_reading(installed: Path, supervised: Superv
     )
     schema = MigrationSettings.model_fields
 
+    def burst_stored() -> int:
+        """The burst's readings in ClickHouse, asked directly (the API stops before it)."""
+        response = httpx.post(
+            settings.clickhouse_url,
+            content=f"SELECT count() FROM metrics FINAL WHERE device_id = '{BURST_DEVICE}'",
+            headers={
+                "X-ClickHouse-User": schema["clickhouse_admin_user"].default,
+                "X-ClickHouse-Key": every["JOBSCOPE_CLICKHOUSE_ADMIN_PASSWORD"],
+            },
+            timeout=60,
+        )
+        assert response.status_code == 200, response.text
+        return int(response.text)
+
+    expected_burst = 0
+
     def drained() -> None:
-        """Right after ClickHouse's ExecStop, before its SIGTERM: nothing left to consume."""
+        """Right after ClickHouse's ExecStop, before its SIGTERM: every reading the topic
+        held is stored, none left for the next start."""
         lag = topics.consumer_lag(
             settings.kafka_bootstrap,
             schema["consumer_group"].default,
@@ -340,6 +382,7 @@ def test_stop_all_start_all_loses_no_reading(installed: Path, supervised: Superv
             security=admin.kafka_security(),
         )
         assert lag == 0, f"ClickHouse stops with {lag} readings not consumed"
+        assert burst_stored() == expected_burst, "ClickHouse stops with readings not stored"
 
     def start_all() -> None:
         for name in order:
@@ -347,12 +390,16 @@ def test_stop_all_start_all_loses_no_reading(installed: Path, supervised: Superv
         wait_until(lambda: healthy(api_url), 60, "the API's /health", transient=STARTING)
 
     def stop_all() -> float:
+        nonlocal expected_burst
         stopped_producing = 0.0
         for name in reversed(order):
             if name == "jobscope-producers.service":
                 stopped_producing = datetime.now(UTC).timestamp()
             if name == "jobscope-clickhouse.service":  # something left for the drain to do
+                expected_burst = burst_stored() + BURST_MESSAGES * BURST_READINGS
                 publish_burst(admin)
+                # else the check after the drain would pass without one (FLUSH_INTERVAL_MS)
+                assert burst_stored() < expected_burst, "the burst was stored before the stop"
             hook = drained if name == "jobscope-clickhouse.service" else None
             supervised.stop(name, hook)
         return stopped_producing
@@ -384,3 +431,65 @@ def test_stop_all_start_all_loses_no_reading(installed: Path, supervised: Superv
     assert not list((installed / "etc" / "systemd" / "system").glob("jobscope*"))
     assert (installed / "etc" / "jobscope" / "jobscope.env").exists()
     assert (installed / "var" / "lib" / "jobscope" / "clickhouse").exists()
+
+
+def test_superset_and_connect_units(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    """`--with superset,connect`: their units verify, each holds only its own secrets, starts
+    after what it needs, and its ExecStart serves (Superset's /health, Connect's REST root)
+    once Kafka's and ClickHouse's units run. No OAR database here: no connector is registered
+    (tests/connectors/ runs them against a real one)."""
+    root = tmp_path_factory.mktemp("root-optional")
+    superset_port, connect_port = ports.ports("service-optional")
+    config = root / "etc" / "jobscope" / "jobscope.env"
+    config.parent.mkdir(parents=True)
+    config.write_text(
+        f"JOBSCOPE_SUPERSET_PORT={superset_port}\n"
+        # the metadata database initialised once per Superset version, as tests/superset/ use
+        f"JOBSCOPE_SUPERSET_CACHE_DIR={cache_home()}\n"
+        f"JOBSCOPE_CONNECT_REST_PORT={connect_port}\n"
+        "JOBSCOPE_CONNECT_CONNECTORS=[]\n"
+        "JOBSCOPE_CONNECT_LOCAL_OAR_DB=false\n"
+    )
+    done = run_install(root, install_env(), "install", "--with", "superset,connect")
+    assert done.returncode == 0, done.stdout + done.stderr
+    units = verify(root, 7)
+    after = {name: " ".join(unit["Unit.After"]) for name, unit in units.items()}
+    assert "jobscope-clickhouse.service" in after["jobscope-superset.service"]
+    assert "jobscope-kafka.service" in after["jobscope-connect.service"]
+    target = parse_unit(root / "etc" / "systemd" / "system" / "jobscope.target")
+    assert {"jobscope-superset.service", "jobscope-connect.service"} <= set(
+        target["Unit.Wants"][0].split()
+    )
+    every = secrets.load_or_create(root / "var" / "lib" / "jobscope")
+    etc = root / "etc" / "jobscope" / "secrets"
+    held = {
+        part: {
+            n for n, v in every.items() if v in install.read_env_file(etc / f"{part}.env").values()
+        }
+        for part in install.OPTIONAL_PARTS
+    }
+    assert held["superset"] == {*secrets.OWNERS["superset"], "JOBSCOPE_SUPERSET_ADMIN_PASSWORD"}
+    assert held["connect"] == {"JOBSCOPE_KAFKA_CONNECT_PASSWORD"}
+    # installing again without --with keeps them
+    assert install.installed_parts(install.Layout(root), ()) == (
+        *install.PARTS,
+        *install.OPTIONAL_PARTS,
+    )
+
+    settings = ports.stack_settings(SHARED_PORTS)
+    supervisor = Supervisor(units, tmp_path)
+    order = [n for n in start_order(units) if n not in PRODUCING]
+    try:
+        for name in order:
+            supervisor.start(name)
+        health = httpx.get(f"http://{settings.host}:{superset_port}/health", timeout=10)
+        assert health.status_code == 200 and health.text == "OK", health.text
+        rest = httpx.get(f"http://{settings.host}:{connect_port}/", timeout=10)
+        assert rest.status_code == 200 and "version" in rest.json(), rest.text
+        for name in reversed(order):
+            supervisor.stop(name)
+    finally:
+        supervisor.kill_all()
+    assert not any(port_in_use(settings.host, p) for p in (superset_port, connect_port))

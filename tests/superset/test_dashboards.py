@@ -95,7 +95,24 @@ def test_devices_dashboard_draws_collection_health(
     (the scene's readings are minutes old: stale), the explorer, the producers' readings.
     "Readings stored per second" reads the 1-minute rollup, refreshed every 10 s: the scene's
     readings are awaited there first (a loaded run drew it before their refresh, empty; the
-    node's rollup also counts the PDU outlet aliased to it, hence "at least")."""
+    node's rollup also counts the PDU outlet aliased to it, hence "at least").
+    What the alert rules watch, as the ClickHouse server records it (server_health): its
+    figures with no alert on this healthy stack, and a disk nearly full (a row written as
+    the server would, under a subject of the test's own) named by its rule."""
+    nearly_full = f"test-{scene.job_id}"
+    admin_client.insert(
+        "server_health",
+        [[datetime.now(UTC).replace(tzinfo=None), "disk_days_left", nearly_full, 1.5]],
+        column_names=["time", "figure", "subject", "value"],
+    )
+    wait_until(
+        lambda: admin_client.query(
+            "SELECT count() FROM server_health WHERE figure = 'kafka_consumer_lag' "
+            "AND time > now() - INTERVAL 5 MINUTE"
+        ).first_row[0],
+        90,
+        "the ClickHouse server's health record",
+    )
     wait_until(
         lambda: (
             admin_client.query(
@@ -115,6 +132,11 @@ def test_devices_dashboard_draws_collection_health(
     assert any("Cannot parse input: test message" in cell for row in reasons for cell in row)
     freshness = {row[0]: row[1] for row in charts["Devices: newest reading"]["rows"]}
     assert freshness[scene.nodes[0]] == "stale"
+    health = charts["ClickHouse server: what the alerts watch"]["rows"]
+    alerts = {(row[1], row[3]): row[0] for row in health}  # alert, figure, value, subject, at
+    assert alerts[("disk_days_left", nearly_full)] == "JobscopeDiskFull", health
+    lag = [alert for (figure, _), alert in alerts.items() if figure == "kafka_consumer_lag"]
+    assert lag and set(lag) == {"ok"}, health
 
 
 def test_pages_load_nothing_from_outside(superset_app: SupersetUnderTest) -> None:

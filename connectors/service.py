@@ -1,0 +1,110 @@
+"""`python -m connectors.service <step>`: what the service install's Connect unit runs
+(jobscope-connect.service, written by stack/install.py with `--with connect`), as
+stack/service.py's steps for the other units: in the part's environment, from the settings
+file and the unit's own secrets (its Kafka password; the OAR database's).
+
+Steps: `check` (the install validates the unit's settings with it), `jars` (the install
+copies the worker's classpath and its plugins into its folder, which its account reads),
+`connect` (the worker, in the foreground: the unit's main process), `connect-ready`
+(ExecStartPost: its REST API answers, then the configured connectors are registered).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+
+from pydantic import ValidationError
+
+from connectors import maven
+from connectors import services as connect_services
+from connectors.config import ConnectSettings
+from connectors.worker import CONNECTORS_DIR, JAR_CACHE, LOG4J_CONFIG, PLUGINS, Worker
+from kafka.security import KafkaClientSettings
+from stack import service
+from stack.config import StackSettings
+from stack.processes import wait_until
+from stack.transient import STARTING
+
+
+def connect_worker(settings: StackSettings, connect: ConnectSettings) -> Worker:
+    """The stack's worker (connectors/services.py), its Kafka password the unit's."""
+    kafka = KafkaClientSettings(**service.kafka_client_values(settings, os.environ))
+    return connect_services.worker(settings, connect, kafka)
+
+
+def check(settings: StackSettings) -> None:
+    """Exit 2, saying what to set, when the unit's settings are not a service's: its
+    connectors read the site's OAR database, never `make connect`'s demo one."""
+    try:
+        connect = ConnectSettings()
+    except ValidationError as exc:
+        print(f"its settings: {exc}", file=sys.stderr)
+        sys.exit(2)
+    if connect.connectors and connect.local_oar_db:
+        print(
+            "Connect's service reads the site's OAR database, not `make connect`'s demo one: "
+            "set JOBSCOPE_CONNECT_LOCAL_OAR_DB=false and JOBSCOPE_CONNECT_OAR_DB_HOST (and "
+            "_PORT, _NAME, _USER) in the settings file, and give its password as "
+            "JOBSCOPE_CONNECT_OAR_DB_PASSWORD to the installer",
+            file=sys.stderr,
+        )
+        sys.exit(2)
+
+
+def copy_jars(settings: StackSettings) -> None:
+    """The worker's classpath and its plugins' jars (Connect's plugin path, Worker.plugin_path),
+    from the Maven cache into its folder: its account reads nothing of the installer's."""
+    lib = service.connect_jars(settings)
+    plugins = service.connect_home(settings) / "plugins"
+    for folder in (lib, plugins):
+        shutil.rmtree(folder, ignore_errors=True)  # a release's jars replace the last one's
+        folder.mkdir(mode=0o700, parents=True)
+    for jar in maven.classpath(CONNECTORS_DIR / "pom.xml", JAR_CACHE).split(os.pathsep):
+        shutil.copy2(jar, lib)
+    for plugin in PLUGINS:
+        jars = maven.copy_jars(CONNECTORS_DIR / "plugins" / plugin / "pom.xml", JAR_CACHE)
+        shutil.copytree(jars, plugins / plugin)
+
+
+def run_connect(settings: StackSettings) -> None:
+    """The worker on the jars the install copied: its properties rendered, then exec."""
+    connect = ConnectSettings()
+    config = connect_worker(settings, connect).render_config()
+    java = shutil.which("java")
+    if java is None:
+        raise RuntimeError("java is not on the PATH (Debian package default-jre-headless)")
+    service.exec_step(
+        [
+            java,
+            f"-Xmx{connect.heap}",
+            f"-Dlog4j2.configurationFile={LOG4J_CONFIG}",
+            "-cp",
+            f"{service.connect_jars(settings)}/*",
+            "org.apache.kafka.connect.cli.ConnectDistributed",
+            str(config),
+        ],
+        {},
+    )
+
+
+def connect_ready(settings: StackSettings) -> None:
+    """Wait for the worker's REST API, then register the configured connectors (their
+    secrets from the unit's, kept in the worker's secrets file) and wait until they run."""
+    connect = ConnectSettings()
+    worker = connect_worker(settings, connect)
+    wait_until(worker.is_ready, service.READY_TIMEOUT_S, f"Kafka Connect {worker.url}", 1, STARTING)
+    connect_services.register_all(worker, connect)
+
+
+STEPS = {
+    "check": ("connect", check),
+    "jars": ("connect", copy_jars),
+    "connect": ("connect", run_connect),
+    "connect-ready": ("connect", connect_ready),
+}
+
+
+if __name__ == "__main__":
+    sys.exit(service.main(STEPS, "python -m connectors.service"))
