@@ -456,7 +456,9 @@ def helm_example_rendered() -> tuple[str, str]:
     """The large-site values as they are, and as the sizing block's cited file gives them."""
     text = (REPO_ROOT / HELM_EXAMPLE).read_text()
     page = (REPO_ROOT / SIZING_PAGE).read_text()
-    cited_file = next(path for name, path in cited(page) if name == "sizing")
+    cited_file = next((path for name, path in cited(page) if name == "sizing"), None)
+    if cited_file is None:
+        raise ValueError(f"{SIZING_PAGE} has no sizing block: {HELM_EXAMPLE} follows it")
     return text, render_helm_example(text, Result.load(cited_file))
 
 
@@ -553,7 +555,7 @@ def main(argv: list[str] | None = None) -> int:
         if problems := check_helm_example():
             print("\n".join(problems))
             differs = True
-    else:
+    elif not args.block or "sizing" in args.block:
         text, rendered = helm_example_rendered()
         if rendered != text:
             (REPO_ROOT / HELM_EXAMPLE).write_text(rendered)
