@@ -290,11 +290,18 @@ class Jobs:
 
 
 def _timed(call: Callable[[], int], check: int, what: str) -> dict[str, Any]:
-    """`call` once untimed then REPEATS times; each returns a count that must be `check`."""
+    """`call` once untimed then REPEATS times; each returns a count that must be `check`. A
+    call that fails (a timeout, a refusal) is the figure: `seconds` None, `error` why, after
+    how long; the level's other figures stand."""
     runs = []
     for timed in [False] + [True] * REPEATS:
         began = time.perf_counter()
-        got = call()
+        try:
+            got = call()
+        except httpx.HTTPError as exc:
+            failed = f"{type(exc).__name__}: {exc} (after {time.perf_counter() - began:.0f} s)"
+            log.error("%s failed: %s", what, failed)
+            return {"seconds": None, "error": failed, "runs": runs}
         if timed:
             runs.append(time.perf_counter() - began)
         if got != check:
@@ -475,7 +482,8 @@ def query_level(
         )
     for what, figure in DAY_QUERIES[key](system, spec, data.devices).items():
         out[what] = figure
-        log.info("%s: %s over the day: %.3f s", key, what, figure["seconds"])
+        if figure["seconds"] is not None:
+            log.info("%s: %s over the day: %.3f s", key, what, figure["seconds"])
     return out
 
 
@@ -634,6 +642,13 @@ def flat(scale: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _cell(figure: dict[str, Any] | None) -> str:
+    """A figure's seconds, `failed` (its error is in the result file), or `-` (not run)."""
+    if not figure:
+        return "-"
+    return "failed" if figure["seconds"] is None else f"{figure['seconds']:.3f}"
+
+
 def _short(shape: str) -> str:
     """devices=10,window=1h -> 10dev_60min."""
     devices, window = (part.split("=")[1] for part in shape.split(","))
@@ -674,14 +689,15 @@ def markdown(scale: dict[str, Any]) -> str:
             for lv in levels:
                 figures = s["levels"].get(lv)
                 value = (figures[where][name] if where else figures[name]) if figures else None
-                cells.append(f"{value['seconds']:.3f}" if value else "-")
+                cells.append(_cell(value))
         for s in systems.values():
             held = [s["levels"][lv] for lv in levels if lv in s["levels"]]
             if len(held) < 2:
                 cells.append("-")
                 continue
             a, b = (h[where][name] if where else h[name] for h in (held[0], held[-1]))
-            cells.append(f"{b['seconds'] / a['seconds']:.2f}x")
+            grew = a["seconds"] and b["seconds"] and b["seconds"] / a["seconds"]
+            cells.append(f"{grew:.2f}x" if grew else "-")
         lines.append("| " + " | ".join(cells) + " |")
     lines += [
         "",

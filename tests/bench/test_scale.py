@@ -12,6 +12,7 @@ from datetime import datetime
 from pathlib import Path
 
 import chdb
+import httpx
 import numpy as np
 import orjson
 import pytest
@@ -200,3 +201,18 @@ def test_a_scale_result_file_is_cited_by_publish(tmp_path: Path) -> None:
     assert "| devices=10,window=60min | 0.100 | 0.120 | 1.000 | - | 1.20x | - |" in table
     assert "| postgres | 7d | skipped: disk: 200 GiB | | | | |" in table
     assert "| jobscope | 7d | 2.50 | nan | 1 | 10 | 0 |" in table
+
+
+def test_a_day_query_that_fails_is_its_figure_and_the_rest_stand() -> None:
+    """A job summary over the day that times out (the API's 504) is recorded with its error;
+    the profile goes on (it once lost the whole level's figures)."""
+
+    def refused() -> int:
+        raise httpx.HTTPStatusError("504", request=httpx.Request("GET", "http://x"), response=None)  # type: ignore[arg-type]
+
+    failed = scale._timed(refused, 1, "summary")
+    assert failed["seconds"] is None and "HTTPStatusError" in failed["error"]
+    assert scale._timed(lambda: 1, 1, "step")["seconds"] is not None
+    assert scale._cell(failed) == "failed" and scale._cell(None) == "-"
+    with pytest.raises(RuntimeError, match="2 instead of 1"):
+        scale._timed(lambda: 2, 1, "step")
