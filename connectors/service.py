@@ -20,12 +20,16 @@ from pydantic import ValidationError
 from connectors import maven
 from connectors import services as connect_services
 from connectors.config import ConnectSettings
-from connectors.worker import CONNECTORS_DIR, JAR_CACHE, LOG4J_CONFIG, PLUGINS, Worker
+from connectors.worker import CONNECTORS_DIR, JAR_CACHE, PLUGINS, Worker
 from kafka.security import KafkaClientSettings
-from stack import service
+from stack import install, service
 from stack.config import StackSettings
 from stack.processes import wait_until
 from stack.transient import STARTING
+
+UNIT_SECRETS = (install.OAR_DB_PASSWORD, "JOBSCOPE_KAFKA_SASL_PASSWORD")
+"""The unit's secrets (its EnvironmentFile): the worker reads them from secrets.properties
+(Worker.store_secrets), written before the exec, so its JVM's environment holds neither."""
 
 
 def connect_worker(settings: StackSettings, connect: ConnectSettings) -> Worker:
@@ -51,6 +55,15 @@ def check(settings: StackSettings) -> None:
             file=sys.stderr,
         )
         sys.exit(2)
+    if connect.connectors and not connect.oar_db_password.get_secret_value():
+        print(
+            f"Connect's service registers {', '.join(connect.connectors)}, which read the site's "
+            "OAR database: give the password of JOBSCOPE_CONNECT_OAR_DB_USER as "
+            "JOBSCOPE_CONNECT_OAR_DB_PASSWORD to the installer (or set "
+            "JOBSCOPE_CONNECT_CONNECTORS=[] for a worker without connectors)",
+            file=sys.stderr,
+        )
+        sys.exit(2)
 
 
 def copy_jars(settings: StackSettings) -> None:
@@ -70,23 +83,13 @@ def copy_jars(settings: StackSettings) -> None:
 
 def run_connect(settings: StackSettings) -> None:
     """The worker on the jars the install copied: its properties rendered, then exec."""
-    connect = ConnectSettings()
-    config = connect_worker(settings, connect).render_config()
+    worker = connect_worker(settings, ConnectSettings())
+    config = worker.render_config()
     java = shutil.which("java")
     if java is None:
         raise RuntimeError("java is not on the PATH (Debian package default-jre-headless)")
-    service.exec_step(
-        [
-            java,
-            f"-Xmx{connect.heap}",
-            f"-Dlog4j2.configurationFile={LOG4J_CONFIG}",
-            "-cp",
-            f"{service.connect_jars(settings)}/*",
-            "org.apache.kafka.connect.cli.ConnectDistributed",
-            str(config),
-        ],
-        {},
-    )
+    argv = worker.command(java, f"{service.connect_jars(settings)}/*", config)
+    service.exec_step(argv, {}, drop=UNIT_SECRETS)
 
 
 def connect_ready(settings: StackSettings) -> None:

@@ -159,19 +159,20 @@ class Worker:
             self._fill_plugin_path()
             config = self.render_config()
             cp = maven.classpath(CONNECTORS_DIR / "pom.xml", JAR_CACHE)
-            proc.start(
-                [
-                    "java",
-                    f"-Xmx{self.heap}",
-                    f"-Dlog4j2.configurationFile={LOG4J_CONFIG}",
-                    "-cp",
-                    cp,
-                    "org.apache.kafka.connect.cli.ConnectDistributed",
-                    str(config),
-                ],
-                ports=[(self.host, self.rest_port)],
-            )
+            proc.start(self.command("java", cp, config), ports=[(self.host, self.rest_port)])
         proc.wait_ready(self.is_ready, timeout, f"Kafka Connect {self.url}", transient=STARTING)
+
+    def command(self, java: str, classpath: str, config: Path) -> list[str]:
+        """The worker's command line (`make connect`'s and the service unit's)."""
+        return [
+            java,
+            f"-Xmx{self.heap}",
+            f"-Dlog4j2.configurationFile={LOG4J_CONFIG}",
+            "-cp",
+            classpath,
+            "org.apache.kafka.connect.cli.ConnectDistributed",
+            str(config),
+        ]
 
     def stop(self) -> None:
         self.process().stop(timeout=30)

@@ -190,10 +190,17 @@ def render_settings(settings: StackSettings, values: Mapping[str, str]) -> str:
 def part_secrets(settings: StackSettings, part: str, values: Mapping[str, str]) -> dict[str, str]:
     """The secrets of `part` (stack.secrets.OWNERS; Superset's unit also sets its admin's
     password, Connect's holds the OAR database's when given), its Kafka password under the
-    name its Kafka client reads."""
+    name its Kafka client reads. Any other secret missing stops the install: a unit without
+    it would fail at its start, far from the cause."""
     kafka_passwords = set(kafka_broker.SCRAM_USERS.values())
     names = {"superset": service.SUPERSET_SECRETS, "connect": (OAR_DB_PASSWORD,)}
     wanted = names.get(part) or secrets.OWNERS[part]
+    missing = [n for n in wanted if n not in values and n != OAR_DB_PASSWORD]
+    if missing:
+        raise InstallError(
+            f"refusing to install: {', '.join(missing)} of the {part} part missing from the "
+            f"secrets of {settings.state_dir} (secrets.env)"
+        )
     own = {n: values[n] for n in wanted if n in values and n not in kafka_passwords}
     if kafka_broker.sasl(settings) and part in service.KAFKA_USERS:
         user = service.KAFKA_USERS[part]
@@ -324,10 +331,12 @@ def render_unit(settings: StackSettings, layout: Layout, part: str) -> str:
 
 
 def render_target(parts: Sequence[str]) -> str:
+    """The target of every installed part: its description names them (optional ones too)."""
+    names = ", ".join(DESCRIPTIONS[p].removeprefix("jobscope ").split(" (")[0] for p in parts)
     return (
         "# Written by `python -m stack install` (stack/install.py).\n"
         "[Unit]\n"
-        "Description=jobscope: job-scoped metrics (Kafka, ClickHouse, producers, API)\n"
+        f"Description=jobscope: job-scoped metrics ({names})\n"
         f"Wants={' '.join(unit_name(p) for p in parts)}\n"
         "\n[Install]\nWantedBy=multi-user.target\n"
     )

@@ -18,7 +18,7 @@ import logging
 import os
 import shutil
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
@@ -30,6 +30,7 @@ from stack import kafka_broker, superset
 from stack.clickhouse_server.__main__ import SECRETS_FD_VAR
 from stack.config import REPO_ROOT, StackSettings
 from stack.processes import wait_until
+from stack.secrets import OWNERS
 from stack.services import ensure_topics, http_ok, settings_env
 from stack.transient import KAFKA_STARTING, STARTING
 
@@ -49,13 +50,9 @@ KAFKA_USERS = {
     "api": "api",
     "connect": "connect",
 }
-SUPERSET_SECRETS = (
-    "JOBSCOPE_CLICKHOUSE_SUPERSET_PASSWORD",
-    "JOBSCOPE_SUPERSET_SECRET_KEY",
-    "JOBSCOPE_OIDC_SUPERSET_SECRET",
-    superset.ADMIN_PASSWORD,
-)
-"""Superset's unit's secrets (its EnvironmentFile)."""
+SUPERSET_SECRETS = (*OWNERS["superset"], superset.ADMIN_PASSWORD)
+"""Superset's unit's secrets (its EnvironmentFile): `make superset`'s, and its admin's
+password, which the start sets (superset.initialise) and the server never holds."""
 
 
 def kafka_jars(settings: StackSettings) -> Path:
@@ -122,10 +119,15 @@ def read_secrets(stream_fd: int = 0) -> dict[str, str]:
     }
 
 
-def exec_step(argv: list[str], env: Mapping[str, str], cwd: Path = REPO_ROOT) -> None:
-    """Replace this process with `argv` (the unit's main process), in `cwd`."""
+def exec_step(
+    argv: list[str], env: Mapping[str, str], cwd: Path = REPO_ROOT, drop: Collection[str] = ()
+) -> None:
+    """Replace this process with `argv` (the unit's main process), in `cwd`, its environment
+    without `drop`: the secrets only the steps before the exec needed, which a process that
+    runs for months must not hold (/proc/<pid>/environ, a crash report, a child)."""
     os.chdir(cwd)
-    os.execve(argv[0], argv, {**os.environ, **env})
+    kept = {n: v for n, v in os.environ.items() if n not in drop}
+    os.execve(argv[0], argv, {**kept, **env})
 
 
 def run_kafka(settings: StackSettings) -> None:
@@ -262,7 +264,8 @@ def run_superset(settings: StackSettings) -> None:
     superset.initialise(settings, site, values)
     superset.import_bundle(settings, site, values)
     env = superset.superset_env(settings, site, values)
-    exec_step(superset.gunicorn_argv(site), env, superset.home(settings))
+    argv = superset.gunicorn_argv(site)
+    exec_step(argv, env, superset.home(settings), drop=(superset.ADMIN_PASSWORD,))
 
 
 def superset_ready(settings: StackSettings) -> None:

@@ -174,8 +174,9 @@ def _run(
     else:
         print(output, flush=True)
     if result.returncode != 0:
+        where = log_file if values is None else "the journal (journalctl -u jobscope-superset)"
         raise RuntimeError(
-            f"`{program} {args[0]}` failed (exit {result.returncode}); see {log_file}:\n"
+            f"`{program} {args[0]}` failed (exit {result.returncode}); see {where}:\n"
             + (result.stderr or result.stdout)[-2000:]
         )
     return result.stdout
@@ -203,7 +204,8 @@ def initialise(
     home(stack).mkdir(parents=True, exist_ok=True)
     done = home(stack) / f".initialised-{_version(settings)}"
     earlier = list(home(stack).glob(".initialised-*"))
-    password = (values or secrets.load_or_create(stack.state_dir))[ADMIN_PASSWORD]
+    given = secrets.load_or_create(stack.state_dir) if values is None else values
+    password = given[ADMIN_PASSWORD]
     database = home(stack) / "superset.db"
     fresh = not earlier and not settings.database_url
     copy = _initialised_copy(settings)

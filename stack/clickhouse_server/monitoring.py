@@ -289,10 +289,6 @@ class ServerMetrics:
         ]
 
 
-def _literal(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
 RETRY_S = 10.0
 """A failed record is tried again this soon (at most the interval)."""
 
@@ -320,12 +316,18 @@ class HealthRecorder:
     def record(self) -> int:
         """Write the figures once; return how many rows."""
         rows = self._metrics.health()
+        if not rows:
+            return 0
         values = ", ".join(
-            f"(now(), {_literal(figure)}, {_literal(subject)}, {value!r})"
-            for figure, subject, value in rows
+            f"(now(), {{f{i}:String}}, {{s{i}:String}}, {{v{i}:Float64}})" for i in range(len(rows))
         )
+        params: dict[str, str] = {}
+        for i, (figure, subject, value) in enumerate(rows):
+            params |= {f"f{i}": figure, f"s{i}": subject, f"v{i}": repr(value)}
         with self._engine.control() as conn:
-            conn.run(f"INSERT INTO server_health (time, figure, subject, value) VALUES {values}")
+            conn.run(
+                f"INSERT INTO server_health (time, figure, subject, value) VALUES {values}", params
+            )
         return len(rows)
 
     def _run(self) -> None:

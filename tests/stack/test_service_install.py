@@ -16,7 +16,7 @@ import shlex
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
@@ -26,11 +26,13 @@ import pytest
 from confluent_kafka import Producer
 
 from clickhouse.migrate import MigrationSettings
+from connectors import services as connect_services
+from connectors.config import ConnectSettings
 from kafka import topics
 from kafka.message import pack
 from kafka.reading import Reading
 from kafka.security import KafkaClientSettings
-from stack import install, kafka_broker, secrets
+from stack import install, kafka_broker, secrets, service, superset
 from stack.config import REPO_ROOT, cache_home
 from stack.processes import port_in_use, wait_until
 from stack.transient import KAFKA_STARTING, STARTING
@@ -299,9 +301,47 @@ def test_bad_setting_refuses_to_install(tmp_path: Path) -> None:
     config.write_text("")
     done = run_install(tmp_path, install_env(), "install", "--with", "connect")
     assert done.returncode == 2 and "JOBSCOPE_CONNECT_LOCAL_OAR_DB" in done.stderr, done.stderr
+    # the site's OAR database, without its password: connectors that could never log in
+    config.write_text("JOBSCOPE_CONNECT_LOCAL_OAR_DB=false\n")
+    done = run_install(tmp_path, install_env(), "install", "--with", "connect")
+    assert done.returncode == 2 and "registers oar-jobs" in done.stderr, done.stderr
+    assert "JOBSCOPE_CONNECT_OAR_DB_PASSWORD" in done.stderr, done.stderr
     done = run_install(tmp_path, install_env(), "install", "--with", "grafana")
     assert done.returncode == 2 and "--with grafana" in done.stderr, done.stderr
     assert not (tmp_path / "etc" / "systemd").exists()
+
+
+def test_missing_secret_refuses_to_install(tmp_path: Path) -> None:
+    """A part's secret missing from the state directory's stops the install, naming it; only
+    the OAR database's password may be absent (Connect without connectors needs none)."""
+    settings = ports.stack_settings(SHARED_PORTS).model_copy(update={"state_dir": tmp_path})
+    every = secrets.load_or_create(tmp_path)
+    held = install.part_secrets(settings, "connect", every)
+    assert install.OAR_DB_PASSWORD not in held
+    for part, name in (("api", secrets.OWNERS["api"][0]), ("superset", superset.ADMIN_PASSWORD)):
+        values = {n: v for n, v in every.items() if n != name}
+        with pytest.raises(install.InstallError, match=f"{name} of the {part} part"):
+            install.part_secrets(settings, part, values)
+
+
+def test_target_describes_the_parts_installed() -> None:
+    def description(parts: tuple[str, ...]) -> str:
+        return install.render_target(parts).split("Description=")[1].splitlines()[0]
+
+    assert "Superset" not in description(install.PARTS), description(install.PARTS)
+    every = description((*install.PARTS, *install.OPTIONAL_PARTS))
+    assert every.endswith(
+        "(Kafka broker, ClickHouse server, producers, REST API, Superset, Kafka Connect)"
+    ), every
+
+
+def test_connect_unit_folder_is_the_workers() -> None:
+    """stack/ may not import connectors/ (tests/test_architecture.py): the install's folder
+    for the Connect unit (its jars, plugins, properties, secrets) is the worker's own."""
+    settings = ports.stack_settings(SHARED_PORTS)
+    worker = connect_services.worker(settings, ConnectSettings(), KafkaClientSettings())
+    assert worker.home == service.connect_home(settings)
+    assert worker.plugin_path == service.connect_home(settings) / "plugins"
 
 
 def publish_burst(kafka: KafkaClientSettings) -> None:
@@ -433,6 +473,15 @@ def test_stop_all_start_all_loses_no_reading(installed: Path, supervised: Superv
     assert (installed / "var" / "lib" / "jobscope" / "clickhouse").exists()
 
 
+def held_in_environ(supervisor: Supervisor, unit: str, held: Mapping[str, str]) -> set[str]:
+    """The names of `held` whose name or value the unit's main process has in its environment
+    (the exec'd server's, as a local process of its account reads it)."""
+    pid = supervisor.main[unit].pid
+    environ = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace").split("\0")
+    pairs = dict(line.partition("=")[::2] for line in environ if line)
+    return {n for n, v in held.items() if n in pairs or v in pairs.values()}
+
+
 def test_superset_and_connect_units(
     tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
 ) -> None:
@@ -452,7 +501,9 @@ def test_superset_and_connect_units(
         "JOBSCOPE_CONNECT_CONNECTORS=[]\n"
         "JOBSCOPE_CONNECT_LOCAL_OAR_DB=false\n"
     )
-    done = run_install(root, install_env(), "install", "--with", "superset,connect")
+    # the OAR database's password kept for the Connect unit, though no connector uses it here
+    oar = install_env(JOBSCOPE_CONNECT_OAR_DB_PASSWORD="oar-db-secret")
+    done = run_install(root, oar, "install", "--with", "superset,connect")
     assert done.returncode == 0, done.stdout + done.stderr
     units = verify(root, 7)
     after = {name: " ".join(unit["Unit.After"]) for name, unit in units.items()}
@@ -488,6 +539,12 @@ def test_superset_and_connect_units(
         assert health.status_code == 200 and health.text == "OK", health.text
         rest = httpx.get(f"http://{settings.host}:{connect_port}/", timeout=10)
         assert rest.status_code == 200 and "version" in rest.json(), rest.text
+        # the secrets only the steps before the exec needed are not in the servers' environment
+        admin = {superset.ADMIN_PASSWORD: every[superset.ADMIN_PASSWORD]}
+        assert not held_in_environ(supervisor, "jobscope-superset.service", admin)
+        connect = install.read_env_file(etc / "connect.env")
+        assert install.OAR_DB_PASSWORD in connect and len(connect) == 2, connect.keys()
+        assert not held_in_environ(supervisor, "jobscope-connect.service", connect)
         for name in reversed(order):
             supervisor.stop(name)
     finally:
