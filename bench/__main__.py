@@ -171,12 +171,7 @@ def main(argv: list[str] | None = None) -> int:
             "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "errors": polling_errors,
         }
-        report.write_json(out / "bench-results.json", results)
-        kept = result_files.write(results, argv, vars(args), args.results_dir)
-        print(report.polling_markdown(results))
-        print(f"\nWrote {out / 'bench-results.json'}.")
-        print(f"Result file: {kept}")
-        return 1 if results["errors"] else 0
+        return _kept(results, report.polling_markdown(results), args, argv)
     results = report.flatten(
         systems,
         {
@@ -227,11 +222,17 @@ def run_scale(args: argparse.Namespace, argv: list[str], chosen: list[str], stat
         "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "errors": {k: s["error"] for k, s in measured["systems"].items() if s.get("error")},
     }
+    return _kept(results, scale.markdown(measured), args, argv)
+
+
+def _kept(results: dict[str, Any], table: str, args: argparse.Namespace, argv: list[str]) -> int:
+    """A run without plots: bench-results.json and its result file written, its table
+    printed; 1 if a part failed."""
     out = args.out_dir.resolve()
     out.mkdir(parents=True, exist_ok=True)
     report.write_json(out / "bench-results.json", results)
     kept = result_files.write(results, argv, vars(args), args.results_dir)
-    print(scale.markdown(measured))
+    print(table)
     print(f"\nWrote {out / 'bench-results.json'}.")
     print(f"Result file: {kept}")
     return 1 if results["errors"] else 0

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from bench.dataset import Dataset
+from kafka.message import varint
 
 BATCH_POLLS = 10_000  # polls (of `metrics` readings each) per batch
 
@@ -184,18 +185,9 @@ MS_VARINT_BYTES = 6
 """Every millisecond timestamp of 2^35 to 2^42 (2001 to 2109) is a 6-byte varint."""
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def _proto(number: int, payload: bytes) -> bytes:
     """A length-delimited protobuf field."""
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
 
 
 def _remote_write_series(device: str, metric: str) -> Template:
@@ -208,11 +200,11 @@ def _remote_write_series(device: str, metric: str) -> Template:
     sample = 1 + 8 + 1 + MS_VARINT_BYTES
     series = len(labels) + 2 + sample
     return [
-        _varint(1 << 3 | 2)
-        + _varint(series)
+        varint(1 << 3 | 2)
+        + varint(series)
         + labels
-        + _varint(2 << 3 | 2)
-        + _varint(sample)
+        + varint(2 << 3 | 2)
+        + varint(sample)
         + b"\x09",
         VALUE,
         b"\x10",

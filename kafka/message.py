@@ -67,7 +67,8 @@ class Packed(NamedTuple):
     """The same readings as JSON lines (`json_lines`), when asked for."""
 
 
-def _varint(n: int) -> bytes:
+def varint(n: int) -> bytes:
+    """`n` as a protobuf/RowBinary unsigned LEB128 varint."""
     out = bytearray()
     while n > 0x7F:
         out.append((n & 0x7F) | 0x80)
@@ -78,14 +79,14 @@ def _varint(n: int) -> bytes:
 
 def header(count: int) -> bytes:
     """The bytes that open a message of `count` readings (followed by their rows)."""
-    return _varint(count)
+    return varint(count)
 
 
 @lru_cache(maxsize=1 << 16)
 def _string(text: str) -> bytes:
     """Length-prefixed UTF-8; cached, as device and metric ids repeat every tick."""
     data = text.encode()
-    return _varint(len(data)) + data
+    return varint(len(data)) + data
 
 
 def _labels(labels: Mapping[str, str]) -> bytes:
@@ -98,7 +99,7 @@ def _labels(labels: Mapping[str, str]) -> bytes:
 def _label_items(items: tuple[tuple[str, str], ...]) -> bytes:
     """Cached by content: a series' label set repeats at every tick (a scraped sample's
     labels, an SNMP table row's), and encoding it costs 5-10x looking it up."""
-    return _varint(len(items)) + b"".join(_string(str(k)) + _string(str(v)) for k, v in items)
+    return varint(len(items)) + b"".join(_string(str(k)) + _string(str(v)) for k, v in items)
 
 
 _EPOCH = datetime(1970, 1, 1)
