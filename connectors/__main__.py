@@ -21,9 +21,9 @@ def main() -> None:
     elif command == "down":
         services.down(stack, connect)
     else:
-        url = services.worker(stack, connect).url
+        worker = services.worker(stack, connect)
         for name in connect.connectors:
-            print(json.dumps(rest.status(url, name)))
+            print(json.dumps(rest.status(worker, name)))
 
 
 if __name__ == "__main__":

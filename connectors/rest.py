@@ -1,5 +1,5 @@
 """Connectors through the Connect REST API: load a connector file, validate, register
-idempotently, read its status."""
+idempotently, read its status. Every request sends the worker's credentials (Worker.auth)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 
+from connectors.worker import Worker
 from stack.processes import wait_until
 from stack.transient import STARTING
 
@@ -31,13 +32,14 @@ def load(path: Path, values: Mapping[str, str]) -> tuple[str, dict[str, str]]:
     return document["name"], config
 
 
-def validate(url: str, name: str, config: Mapping[str, str]) -> list[str]:
+def validate(worker: Worker, name: str, config: Mapping[str, str]) -> list[str]:
     """Connect's own validation of connector `name`'s `config`: the error messages, empty
     when valid."""
     plugin = config["connector.class"].rsplit(".", 1)[-1]
     response = httpx.put(
-        f"{url}/connector-plugins/{plugin}/config/validate",
+        f"{worker.url}/connector-plugins/{plugin}/config/validate",
         json={**config, "name": name},
+        auth=worker.auth,
         timeout=60,
     )
     response.raise_for_status()
@@ -48,36 +50,37 @@ def validate(url: str, name: str, config: Mapping[str, str]) -> list[str]:
     ]
 
 
-def register(url: str, name: str, config: Mapping[str, str]) -> bool:
+def register(worker: Worker, name: str, config: Mapping[str, str]) -> bool:
     """Create or update connector `name`; True if this changed it. The same configuration
     twice changes nothing (no new configuration record, no task restart)."""
-    current = httpx.get(f"{url}/connectors/{name}/config", timeout=30)
+    url, auth = f"{worker.url}/connectors/{name}/config", worker.auth
+    current = httpx.get(url, auth=auth, timeout=30)
     if current.status_code == 200 and current.json() == {**config, "name": name}:
         return False
     if current.status_code not in (200, 404):
         current.raise_for_status()
-    httpx.put(f"{url}/connectors/{name}/config", json=dict(config), timeout=60).raise_for_status()
+    httpx.put(url, json=dict(config), auth=auth, timeout=60).raise_for_status()
     return True
 
 
-def status(url: str, name: str) -> dict[str, Any]:
-    response = httpx.get(f"{url}/connectors/{name}/status", timeout=30)
+def status(worker: Worker, name: str) -> dict[str, Any]:
+    response = httpx.get(f"{worker.url}/connectors/{name}/status", auth=worker.auth, timeout=30)
     response.raise_for_status()
     return dict(response.json())
 
 
-def is_running(url: str, name: str) -> bool:
+def is_running(worker: Worker, name: str) -> bool:
     """The connector and each of its tasks (at least one) are RUNNING."""
-    current = status(url, name)
+    current = status(worker, name)
     states = [current["connector"]["state"], *(task["state"] for task in current["tasks"])]
     return len(states) > 1 and all(state == "RUNNING" for state in states)
 
 
-def wait_running(url: str, name: str, timeout: float = 60.0) -> None:
+def wait_running(worker: Worker, name: str, timeout: float = 60.0) -> None:
     # A connector just created may answer 404 until the worker has assigned it (or 409 during a
     # rebalance): an HTTP error is retried as well as a refused connection.
     wait_until(
-        lambda: is_running(url, name),
+        lambda: is_running(worker, name),
         timeout,
         f"connector {name} to run",
         0.5,

@@ -1,7 +1,7 @@
 """`python -m connectors.service <step>`: what the service install's Connect unit runs
 (jobscope-connect.service, written by stack/install.py with `--with connect`), as
 stack/service.py's steps for the other units: in the part's environment, from the settings
-file and the unit's own secrets (its Kafka password; the OAR database's).
+file and the unit's own secrets (its Kafka password; its REST API's; the OAR database's).
 
 Steps: `check` (the install validates the unit's settings with it), `jars` (the install
 copies the worker's classpath and its plugins into its folder, which its account reads),
@@ -27,15 +27,21 @@ from stack.config import StackSettings
 from stack.processes import wait_until
 from stack.transient import STARTING
 
-UNIT_SECRETS = (install.OAR_DB_PASSWORD, "JOBSCOPE_KAFKA_SASL_PASSWORD")
+UNIT_SECRETS = (
+    install.OAR_DB_PASSWORD,
+    "JOBSCOPE_KAFKA_SASL_PASSWORD",
+    connect_services.REST_PASSWORD,
+)
 """The unit's secrets (its EnvironmentFile): the worker reads them from secrets.properties
-(Worker.store_secrets), written before the exec, so its JVM's environment holds neither."""
+(Worker.store_secrets) and its REST credentials file, written before the exec, so its JVM's
+environment holds none."""
 
 
 def connect_worker(settings: StackSettings, connect: ConnectSettings) -> Worker:
-    """The stack's worker (connectors/services.py), its Kafka password the unit's."""
+    """The stack's worker (connectors/services.py), its Kafka and REST passwords the unit's."""
     kafka = KafkaClientSettings(**service.kafka_client_values(settings, os.environ))
-    return connect_services.worker(settings, connect, kafka)
+    rest_password = os.environ[connect_services.REST_PASSWORD]
+    return connect_services.worker(settings, connect, kafka, rest_password)
 
 
 def check(settings: StackSettings) -> None:

@@ -14,17 +14,26 @@ from kafka.security import KafkaClientSettings
 from stack import kafka_broker, secrets
 from stack.config import StackSettings
 
+REST_PASSWORD = "JOBSCOPE_CONNECT_REST_PASSWORD"
+
 
 def worker(
-    stack: StackSettings, connect: ConnectSettings, kafka: KafkaClientSettings | None = None
+    stack: StackSettings,
+    connect: ConnectSettings,
+    kafka: KafkaClientSettings | None = None,
+    rest_password: str | None = None,
 ) -> Worker:
     """The stack's worker (process `connect`) against the stack's brokers, as the stack's
-    Kafka user `connect` when they authenticate (`kafka`: its credentials, else secrets.env's)."""
+    Kafka user `connect` when they authenticate (`kafka`: its credentials, else secrets.env's);
+    its REST API's password `rest_password`, else secrets.env's."""
+    if rest_password is None:
+        rest_password = secrets.of(stack.state_dir, "connect")[REST_PASSWORD]
     return Worker(
         name="connect",
         state_dir=stack.state_dir,
         bootstrap=stack.kafka_bootstrap,
         rest_port=connect.rest_port,
+        rest_password=SecretStr(rest_password),
         host=stack.host,
         heap=connect.heap,
         replication_factor=stack.kafka_replication_factor,
@@ -60,9 +69,9 @@ def register_all(
     changed = {}
     for name in connect.connectors:
         connector, config = rest.load(connector_file(name), placeholders)
-        changed[connector] = rest.register(worker.url, connector, config)
+        changed[connector] = rest.register(worker, connector, config)
     for connector in changed:
-        rest.wait_running(worker.url, connector, timeout)
+        rest.wait_running(worker, connector, timeout)
     return changed
 
 

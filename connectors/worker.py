@@ -9,17 +9,20 @@ beside the worker's properties, `secrets.properties`; configurations name them t
 Connect's FileConfigProvider (`${file:<path>:<key>}`), which the worker resolves when it
 uses them, so that neither its properties nor the connector configurations in the configs
 topic (which every reader of that topic sees, and the REST API answers) hold any. The REST
-API listens on `host` (loopback in the embedded default) only.
+API listens on `host` (loopback in the embedded default) only, and answers only its user
+`REST_USER` (HTTP basic, Kafka's own extension): without it any local account could register
+a connector that names the secrets file and read the passwords out, or write forged jobs.
 """
 
 from __future__ import annotations
 
-import json
 import shutil
-import urllib.request
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import httpx
+from pydantic import SecretStr
 
 from connectors import maven
 from kafka.security import KafkaClientSettings
@@ -34,6 +37,9 @@ PLUGINS = tuple(sorted(p.parent.name for p in (CONNECTORS_DIR / "plugins").glob(
 LOG4J_CONFIG = REPO_ROOT / "kafka" / "log4j2.yaml"
 # Classpaths and plugin jars by version of their pom, shared by every stack of this clone.
 JAR_CACHE = REPO_ROOT / "state" / "connect-jars"
+REST_USER = "jobscope"
+"""The REST API's one user (every client of it is the project's own)."""
+BASIC_AUTH = "org.apache.kafka.connect.rest.basic.auth.extension"
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,8 @@ class Worker:
     state_dir: Path  # the stack's state directory
     bootstrap: str
     rest_port: int
+    rest_password: SecretStr
+    """The password of the REST API's user `REST_USER`."""
     host: str = "127.0.0.1"
     heap: str = "512m"
     replication_factor: int = 1
@@ -64,6 +72,21 @@ class Worker:
     def plugin_path(self) -> Path:
         """A directory holding a link to each plugin's directory of jars."""
         return self.home / "plugins"
+
+    @property
+    def auth(self) -> httpx.BasicAuth:
+        """What every request to the REST API sends."""
+        return httpx.BasicAuth(REST_USER, self.rest_password.get_secret_value())
+
+    @property
+    def credentials_file(self) -> Path:
+        """The REST API's user and password (`user: password`), private to the worker."""
+        return self.home / "rest-credentials.properties"
+
+    @property
+    def jaas_file(self) -> Path:
+        """The JVM's login configuration: the basic-auth extension's `KafkaConnect` section."""
+        return self.home / "rest-jaas.conf"
 
     def process(self) -> ManagedProcess:
         return ManagedProcess(self.name, self.state_dir / "pids", self.state_dir / "logs")
@@ -99,7 +122,7 @@ class Worker:
 
     def render_config(self) -> Path:
         """Write the worker's properties into its state directory (its Kafka password as a
-        reference into the secrets file)."""
+        reference into the secrets file), and its REST API's credentials and login file."""
         reference = None
         if self.kafka.sasl:
             password = self.kafka.kafka_sasl_password.get_secret_value()
@@ -124,6 +147,7 @@ class Worker:
             "offset.flush.interval.ms": self.offset_flush_ms,
             "plugin.path": self.plugin_path,
             "plugin.discovery": "hybrid_warn",
+            "rest.extension.classes": f"{BASIC_AUTH}.BasicAuthSecurityRestExtension",
             "config.providers": "file",
             "config.providers.file.class": (
                 "org.apache.kafka.common.config.provider.FileConfigProvider"
@@ -138,6 +162,13 @@ class Worker:
         path = self.home / "worker.properties"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(f"{key}={value}\n" for key, value in values.items()))
+        password = escape_property(self.rest_password.get_secret_value())
+        secrets.write_private(self.credentials_file, f"{REST_USER}: {password}\n")
+        secrets.write_private(
+            self.jaas_file,
+            f"KafkaConnect {{\n  {BASIC_AUTH}.PropertyFileLoginModule required\n"
+            f'  file="{self.credentials_file}";\n}};\n',
+        )
         return path
 
     def _fill_plugin_path(self) -> None:
@@ -149,8 +180,10 @@ class Worker:
 
     def is_ready(self) -> bool:
         """The REST API answers and the worker has joined its group (it lists connectors)."""
-        with urllib.request.urlopen(f"{self.url}/connectors", timeout=2) as response:
-            return response.status == 200 and isinstance(json.load(response), list)
+        response = httpx.get(f"{self.url}/connectors", auth=self.auth, timeout=2)
+        if response.status_code == 401:  # another password than the worker's: no use waiting
+            response.raise_for_status()
+        return response.status_code == 200 and isinstance(response.json(), list)
 
     def start(self, timeout: float = 120.0) -> None:
         """Start the worker unless it runs; wait until its REST API serves requests."""
@@ -168,6 +201,7 @@ class Worker:
             java,
             f"-Xmx{self.heap}",
             f"-Dlog4j2.configurationFile={LOG4J_CONFIG}",
+            f"-Djava.security.auth.login.config={self.jaas_file}",
             "-cp",
             classpath,
             "org.apache.kafka.connect.cli.ConnectDistributed",

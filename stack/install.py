@@ -193,7 +193,10 @@ def part_secrets(settings: StackSettings, part: str, values: Mapping[str, str]) 
     name its Kafka client reads. Any other secret missing stops the install: a unit without
     it would fail at its start, far from the cause."""
     kafka_passwords = set(kafka_broker.SCRAM_USERS.values())
-    names = {"superset": service.SUPERSET_SECRETS, "connect": (OAR_DB_PASSWORD,)}
+    names = {
+        "superset": service.SUPERSET_SECRETS,
+        "connect": (*secrets.OWNERS["connect"], OAR_DB_PASSWORD),
+    }
     wanted = names.get(part) or secrets.OWNERS[part]
     missing = [n for n in wanted if n not in values and n != OAR_DB_PASSWORD]
     if missing:

@@ -33,6 +33,8 @@ NAMES = (
     "JOBSCOPE_IPMI_PASSWORD",
     # The demo OAR database of `make connect` (connectors/oar_postgres.py): its superuser.
     "JOBSCOPE_DEMO_OAR_DB_PASSWORD",
+    # Kafka Connect's REST API (HTTP basic, connectors/worker.py): its user's password.
+    "JOBSCOPE_CONNECT_REST_PASSWORD",
     # Kafka's SCRAM users when its brokers authenticate (JOBSCOPE_KAFKA_SASL,
     # stack/kafka_broker.py): the stack's tools, the brokers, each component; the controllers.
     "JOBSCOPE_KAFKA_ADMIN_PASSWORD",
@@ -83,6 +85,8 @@ OWNERS: dict[str, tuple[str, ...]] = {
         "JOBSCOPE_OIDC_SUPERSET_SECRET",
     ),
     "kafka": (),
+    # its REST API's password, written by the worker into its private credentials file
+    "connect": ("JOBSCOPE_CONNECT_REST_PASSWORD",),
     "oidc-provider": ("JOBSCOPE_OIDC_ADMIN_PASSWORD",),
 }
 

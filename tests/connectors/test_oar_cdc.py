@@ -129,7 +129,7 @@ def test_worker_killed_mid_stream_resumes_from_its_offsets(
 
     def recover() -> None:
         connect_worker.start()
-        rest.wait_running(connect_worker.url, "oar-jobs", 60)
+        rest.wait_running(connect_worker, "oar-jobs", 60)
 
     _stream_while(oar, admin_client, connect_worker.kill, recover)
     print(f"\nworker kill -9 and restart: 40 jobs complete after {time.monotonic() - began:.1f} s")

@@ -28,6 +28,7 @@ from confluent_kafka import Producer
 from clickhouse.migrate import MigrationSettings
 from connectors import services as connect_services
 from connectors.config import ConnectSettings
+from connectors.worker import REST_USER
 from kafka import topics
 from kafka.message import pack
 from kafka.reading import Reading
@@ -318,7 +319,11 @@ def test_missing_secret_refuses_to_install(tmp_path: Path) -> None:
     every = secrets.load_or_create(tmp_path)
     held = install.part_secrets(settings, "connect", every)
     assert install.OAR_DB_PASSWORD not in held
-    for part, name in (("api", secrets.OWNERS["api"][0]), ("superset", superset.ADMIN_PASSWORD)):
+    for part, name in (
+        ("api", secrets.OWNERS["api"][0]),
+        ("superset", superset.ADMIN_PASSWORD),
+        ("connect", secrets.OWNERS["connect"][0]),
+    ):
         values = {n: v for n, v in every.items() if n != name}
         with pytest.raises(install.InstallError, match=f"{name} of the {part} part"):
             install.part_secrets(settings, part, values)
@@ -339,7 +344,7 @@ def test_connect_unit_folder_is_the_workers() -> None:
     """stack/ may not import connectors/ (tests/test_architecture.py): the install's folder
     for the Connect unit (its jars, plugins, properties, secrets) is the worker's own."""
     settings = ports.stack_settings(SHARED_PORTS)
-    worker = connect_services.worker(settings, ConnectSettings(), KafkaClientSettings())
+    worker = connect_services.worker(settings, ConnectSettings(), KafkaClientSettings(), "")
     assert worker.home == service.connect_home(settings)
     assert worker.plugin_path == service.connect_home(settings) / "plugins"
 
@@ -522,7 +527,7 @@ def test_superset_and_connect_units(
         for part in install.OPTIONAL_PARTS
     }
     assert held["superset"] == {*secrets.OWNERS["superset"], "JOBSCOPE_SUPERSET_ADMIN_PASSWORD"}
-    assert held["connect"] == {"JOBSCOPE_KAFKA_CONNECT_PASSWORD"}
+    assert held["connect"] == {"JOBSCOPE_KAFKA_CONNECT_PASSWORD", *secrets.OWNERS["connect"]}
     # installing again without --with keeps them
     assert install.installed_parts(install.Layout(root), ()) == (
         *install.PARTS,
@@ -537,13 +542,17 @@ def test_superset_and_connect_units(
             supervisor.start(name)
         health = httpx.get(f"http://{settings.host}:{superset_port}/health", timeout=10)
         assert health.status_code == 200 and health.text == "OK", health.text
-        rest = httpx.get(f"http://{settings.host}:{connect_port}/", timeout=10)
+        # Connect's REST API answers its user only, with the password the unit holds
+        connect = install.read_env_file(etc / "connect.env")
+        connect_root = f"http://{settings.host}:{connect_port}/"
+        assert httpx.get(connect_root, timeout=10).status_code == 401
+        auth = (REST_USER, connect[connect_services.REST_PASSWORD])
+        rest = httpx.get(connect_root, auth=auth, timeout=10)
         assert rest.status_code == 200 and "version" in rest.json(), rest.text
         # the secrets only the steps before the exec needed are not in the servers' environment
         admin = {superset.ADMIN_PASSWORD: every[superset.ADMIN_PASSWORD]}
         assert not held_in_environ(supervisor, "jobscope-superset.service", admin)
-        connect = install.read_env_file(etc / "connect.env")
-        assert install.OAR_DB_PASSWORD in connect and len(connect) == 2, connect.keys()
+        assert install.OAR_DB_PASSWORD in connect and len(connect) == 3, connect.keys()
         assert not held_in_environ(supervisor, "jobscope-connect.service", connect)
         for name in reversed(order):
             supervisor.stop(name)
