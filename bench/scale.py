@@ -495,7 +495,9 @@ def _skip_reason(
     queries of the previous level, the load scaled by the readings added)."""
     added = spec.readings(days) - spec.readings(held)
     need = level["bytes_per_reading"] * added
-    free = shutil.disk_usage(workdir).free - DISK_MARGIN
+    # the system's folder may not exist (PostgreSQL keeps its data beside it)
+    where = next(p for p in (workdir, *workdir.parents) if p.exists())
+    free = shutil.disk_usage(where).free - DISK_MARGIN
     if need > free:
         return (
             f"{days} days need ~{need / 2**30:.0f} GiB more at {level['bytes_per_reading']:.1f} "

@@ -118,12 +118,15 @@ def _level(bytes_per_reading: float, load_s: float) -> dict[str, float]:
 def test_a_level_that_cannot_fit_is_skipped_with_its_measurement(tmp_path: Path) -> None:
     spec = scale.ScaleSpec()
     soon = scale.time.monotonic() + 3600
-    fits = scale._skip_reason({**_level(10, 60), "query_s": 60}, spec, 7, 1, soon, tmp_path)
+    fits = scale._skip_reason({**_level(0.001, 60), "query_s": 60}, spec, 7, 1, soon, tmp_path)
     assert fits is None
     disk = scale._skip_reason({**_level(1e6, 60), "query_s": 60}, spec, 7, 1, soon, tmp_path)
     assert disk and "bytes per reading (measured at 1 d)" in disk and "GiB free" in disk
     slow = scale._skip_reason({**_level(10, 900), "query_s": 60}, spec, 7, 1, soon, tmp_path)
     assert slow and "of the budget left" in slow and "172,800,000 readings at 1 d" in slow
+    # a system whose folder is not made (the first full run lost PostgreSQL's level to it)
+    gone = tmp_path / "runs" / "scale" / "postgres"
+    assert scale._skip_reason({**_level(0.001, 60), "query_s": 60}, spec, 7, 1, soon, gone) is None
 
 
 def test_the_profile_is_selected_by_scale() -> None:
