@@ -13,8 +13,13 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 4
 QUICK ?=
 ONLY ?=
-# `make bench SCALE=1`: the scale profile (bench/scale.py): a day, then a week, of a fleet.
+# `make bench SCALE=1`: the scale profile (bench/scale.py): a day, then a week, of a fleet;
+# SCALE_DEVICES (default 100) and SCALE_DAYS (default 1,7) choose another fleet or levels.
 SCALE ?=
+SCALE_DEVICES ?=
+SCALE_DAYS ?=
+SCALE_ARGS := $(if $(SCALE),--scale $(if $(SCALE_DEVICES),--scale-devices $(SCALE_DEVICES),) \
+  $(if $(SCALE_DAYS),--scale-days $(SCALE_DAYS),),)
 # `make up DEVICES=sample`: every plugin's sample against simulated devices it starts;
 # `make up DEVICES=path`: a devices file or directory (e.g. Kwollect's metrics.d); default: demo.
 DEVICES ?=
@@ -131,7 +136,7 @@ $(BENCH_STAMP): bench/requirements.txt $(STAMP)
 	@rm -f $(VENV)/.bench-installed-* && touch $@
 
 bench: system-deps venv $(BENCH_STAMP)
-	$(PY) -m bench $(if $(QUICK),--quick,) $(if $(ONLY),--only $(ONLY),) $(if $(SCALE),--scale,)
+	$(PY) -m bench $(if $(QUICK),--quick,) $(if $(ONLY),--only $(ONLY),) $(SCALE_ARGS)
 
 $(SUPERSET_STAMP): superset/requirements.txt
 	@test -x $(SUPERSET_VENV)/bin/python || $(PYTHON) -m venv $(SUPERSET_VENV)

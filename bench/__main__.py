@@ -215,7 +215,7 @@ def run_scale(args: argparse.Namespace, argv: list[str], chosen: list[str], stat
     with LoadSampler() as machine:
         measured = scale.run(chosen, spec, state)
     results: dict[str, Any] = {
-        "profile": "scale",
+        "profile": spec.profile(),
         "only": None,
         **scale.flat(measured),
         "machine": machine.summary(),

@@ -77,6 +77,13 @@ class ScaleSpec:
     levels_days: tuple[int, ...] = (1, 7)
     budget_s: float = BUDGET_S
 
+    def profile(self) -> str:
+        """The result file's profile: `scale`, or `scale-<devices>dev-<days>d` for another
+        fleet or levels (the growth variant: `make bench SCALE=1 SCALE_DEVICES=20`)."""
+        if (self.devices, self.levels_days) == (ScaleSpec.devices, ScaleSpec.levels_days):
+            return "scale"
+        return f"scale-{self.devices}dev-{'-'.join(map(str, self.levels_days))}d"
+
     def readings(self, days: int) -> int:
         return days * DAY_S // TICK_S * self.devices * METRICS
 
