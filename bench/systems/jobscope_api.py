@@ -66,6 +66,8 @@ from stack.processes import wait_until
 log = logging.getLogger("bench.jobscope")
 
 FORMATS = tuple(api_formats.FORMATS)  # json, ndjson, csv, parquet, arrow
+# QUICK's 6 minutes: the default (json) and the two binary ones, the fastest in every run
+QUICK_FORMATS = ("json", "parquet", "arrow")
 JOB_READINGS = 1_000_000  # the scope of the job timed in every format
 EXPORT_READINGS = 10_000_000  # the export watched for memory (capped by the data set)
 EXPORT_FORMAT = "ndjson"
@@ -147,7 +149,8 @@ def measure(
                 log.error("jobscope: API, %s failed: %s", name, exc)
                 failed[f"api.{name}"] = f"{type(exc).__name__}: {exc}"
 
-        part("formats", lambda: _formats(http, reader, job, repeats, limit_s))
+        formats = QUICK_FORMATS if quick else FORMATS
+        part("formats", lambda: _formats(http, reader, job, formats, repeats, limit_s))
         part("devices", lambda: _devices_endpoint(http, job, limit_s))
         part("summary", lambda: _summary(http, reader, job, repeats, limit_s))
         part("step", lambda: _step(http, reader, whole, repeats, limit_s))
@@ -240,9 +243,14 @@ class _Job:
 
 
 def _formats(
-    http: _Http, reader: Client, job: _Job, repeats: int, limit_s: float
+    http: _Http,
+    reader: Client,
+    job: _Job,
+    formats: tuple[str, ...],
+    repeats: int,
+    limit_s: float,
 ) -> dict[str, Any]:
-    """The job's readings in every format, through the API and straight from ClickHouse
+    """The job's readings in each of `formats`, through the API and straight from ClickHouse
     (alternately, so that both see the same caches); counts checked on every run."""
     selection = job_selection(get_job(reader, job.job_id), EVERYTHING)
     if selection is None:
@@ -251,7 +259,7 @@ def _formats(
     api_runs: dict[str, Any] = {}
     direct_runs: dict[str, Any] = {}
     notes = []
-    for name in FORMATS:
+    for name in formats:
         fmt = api_formats.FORMATS[name]
         params: dict[str, Any] = {}
         sql = projected(scope_rows(selection, params), fmt.timestamp, fmt.labels)
@@ -294,7 +302,7 @@ def _formats(
         )
     by_format = {
         name: out[f"api_1m_{name}_s"] / out[f"api_1m_direct_{name}_s"]
-        for name in FORMATS
+        for name in formats
         if out[f"api_1m_{name}_s"] is not None
     }
     timed = {name: out[f"api_1m_{name}_s"] for name in by_format}

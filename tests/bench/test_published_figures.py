@@ -133,3 +133,105 @@ def test_the_sizing_formula() -> None:
     missing = publish.sizing(_result(snmp_oids_per_core_s=96_112))
     assert missing["producer_shards"] is None and "clickhouse_shards" not in missing
     assert missing["api_min_replicas"] is None
+
+
+QUICK = "bench/results/2026-11-27-f64a68e+dirty-quick.json"
+SCALE = "bench/results/2026-11-27-7a3dec1+dirty-scale.json"
+RUNS_PAGE = Path("bench/README.md")
+
+
+def _runs_block(*paths: str) -> str:
+    return f"<!-- bench: runs {','.join(paths)} -->\nanything\n<!-- /bench -->\n"
+
+
+def _rows(text: str) -> dict[str, list[str]]:
+    """A runs block's table rows by key: the cells after the key."""
+    rows = re.findall(r"^\| [^|]+ \| `([^`]+)` \| (.+) \|$", text, re.M)
+    return {key: cells.split(" | ") for key, cells in rows}
+
+
+def test_a_runs_block_sets_runs_side_by_side() -> None:
+    """A line citing each run, then per part a column per run, the median and the spread; a
+    figure one run lacks is n/a there, a part no run holds is left out."""
+    quick, scale = publish.Result.load(QUICK), publish.Result.load(SCALE)
+    text = publish.render(_runs_block(QUICK, QUICK, SCALE), RUNS_PAGE)
+    assert publish.check(RUNS_PAGE, text) == []
+    body = text.split("-->\n", 1)[1]
+    assert (
+        body.count("\n- run ") == 3 and "- run 3: [`2026-11-27-7a3dec1+dirty-scale.json`]" in body
+    )
+    assert body.count(f"commit `{quick.data['run']['commit']['short']}`") == 2
+    assert "| figure | key | run 1 | run 2 | run 3 | median | max/min |" in body
+    rows = _rows(body)
+    ingest = format(quick.get("ingest_e2e_readings_per_s"), ",.0f")
+    assert rows["ingest_e2e_readings_per_s"] == [ingest, ingest, "n/a", ingest, "1.00x"]
+    day = format(scale.get("scale_jobscope_1dev_day_1d_s"), ".3f")
+    assert rows["scale_jobscope_1dev_day_1d_s"] == ["n/a", "n/a", day, day, "n/a"]
+    assert "Scale: a day" in body
+    quick_only = publish.render(_runs_block(QUICK, QUICK), RUNS_PAGE)
+    assert "Scale: a day" not in quick_only and "Job API:" in quick_only
+    assert not any(key.startswith("scale_") for key in _rows(quick_only))
+
+
+def test_the_median_and_spread_of_runs() -> None:
+    """Median of the runs that hold a figure, max/min as the spread, formatted as the figure;
+    a figure a single run holds has no spread, and one no run holds no row."""
+    run = publish.Result.load(QUICK).data["run"]
+    runs = [
+        publish.Result(QUICK, {"run": run, **figures})
+        for figures in (
+            {"freshness_p99_s": 0.5, "bytes_per_reading": 20.0, "api_step_1m_s": 0.2},
+            {"freshness_p99_s": 0.7},
+            {"freshness_p99_s": 0.6, "bytes_per_reading": 21.4},
+        )
+    ]
+    rows = _rows(publish.render_runs(runs, RUNS_PAGE))
+    assert rows == {
+        "bytes_per_reading": ["20.00", "n/a", "21.40", "20.70", "1.07x"],
+        "freshness_p99_s": ["0.500", "0.700", "0.600", "0.600", "1.40x"],
+        "api_step_1m_s": ["0.200", "n/a", "n/a", "0.200", "n/a"],
+    }
+
+
+def test_every_file_of_a_runs_block_is_checked() -> None:
+    """Each cited file missing or outside bench/results/ is a problem line of its own, and a
+    runs block citing one file is refused."""
+    missing = "bench/results/no-such-run.json"
+    text = _runs_block(QUICK, missing, "bench-results.json")
+    assert publish.check(RUNS_PAGE, text) == [
+        f"{RUNS_PAGE}: block runs cites {path}, not a file in bench/results/"
+        for path in (missing, "bench-results.json")
+    ]
+    assert publish.check(RUNS_PAGE, _runs_block(QUICK)) == [
+        f"{RUNS_PAGE}: block runs cites 1 file: it needs at least {publish.MIN_RUNS}"
+    ]
+    two = f"<!-- bench: figures {QUICK},{QUICK} -->\nanything\n<!-- /bench -->\n"
+    assert publish.check(RUNS_PAGE, two) == [
+        f"{RUNS_PAGE}: block figures cites 2 files: it takes one"
+    ]
+
+
+def test_an_edited_run_figure_is_found() -> None:
+    text = publish.render(_runs_block(QUICK, SCALE), RUNS_PAGE)
+    edited = re.sub(r"(\| `freshness_p99_s` \| )[\d.]+", r"\g<1>0.001", text)
+    assert edited != text
+    assert any(
+        line.startswith("-") and "0.001" in line for line in publish.check(RUNS_PAGE, edited)
+    )
+
+
+def test_given_files_are_cited_by_block() -> None:
+    """`python -m bench.publish A B`: a runs block cites both, a one-file block the last;
+    `--block` keeps the others' files; one file where a runs block would cite it is refused."""
+    page = _runs_block(SCALE, SCALE) + f"<!-- bench: figures {SCALE} -->\nx\n<!-- /bench -->\n"
+    new = publish.render(page, RUNS_PAGE, [SCALE, QUICK])
+    assert publish.cited(new) == [("runs", f"{SCALE},{QUICK}"), ("figures", QUICK)]
+    only = publish.render(page, RUNS_PAGE, [QUICK, QUICK], {"figures"})
+    assert publish.cited(only) == [("runs", f"{SCALE},{SCALE}"), ("figures", QUICK)]
+    assert publish.too_few_runs([QUICK], None, [page]) is not None
+    assert publish.too_few_runs([QUICK], {"figures"}, [page]) is None
+    assert publish.too_few_runs([QUICK], None, [f"<!-- bench: figures {SCALE} -->\n"]) is None
+    assert publish.too_few_runs([QUICK, SCALE], None, [page]) is None
+    with pytest.raises(SystemExit) as refused:
+        publish.main([QUICK, "--block", "runs"])
+    assert refused.value.code == 2
