@@ -120,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
+    measured = result_files.commit()  # the code that runs (the tree may move on meanwhile)
     only = None
     if args.only is not None:
         only = frozenset(s.strip() for s in args.only.split(",") if s.strip())
@@ -138,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     profile = QUICK if args.quick else FULL
     state = args.state_dir.resolve()
     if args.scale:
-        return run_scale(args, argv, chosen, state)
+        return run_scale(args, argv, chosen, state, measured)
 
     polling_only = only is not None and not storage_only
     with LoadSampler() as machine:
@@ -171,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
             "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "errors": polling_errors,
         }
-        return _kept(results, report.polling_markdown(results), args, argv)
+        return _kept(results, report.polling_markdown(results), args, argv, measured)
     results = report.flatten(
         systems,
         {
@@ -195,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     results["errors"].update(polling_errors)
     report.write_json(out / "bench-results.json", results)
-    kept = result_files.write(results, argv, vars(args), args.results_dir)
+    kept = result_files.write(results, argv, vars(args), args.results_dir, measured)
     pngs = report.plots(systems, out / "bench-plots", data.spec.duration_s / 60)
     print(report.markdown(systems, results))
     if polling:
@@ -205,7 +206,13 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if results["errors"] else 0
 
 
-def run_scale(args: argparse.Namespace, argv: list[str], chosen: list[str], state: Path) -> int:
+def run_scale(
+    args: argparse.Namespace,
+    argv: list[str],
+    chosen: list[str],
+    state: Path,
+    at_start: dict[str, Any],
+) -> int:
     """The scale profile alone: its table, bench-results.json and its result file."""
     days = tuple(int(d) for d in args.scale_days.split(",") if d.strip())
     if not days or list(days) != sorted(set(days)) or args.scale_devices < 1:
@@ -222,16 +229,22 @@ def run_scale(args: argparse.Namespace, argv: list[str], chosen: list[str], stat
         "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "errors": {k: s["error"] for k, s in measured["systems"].items() if s.get("error")},
     }
-    return _kept(results, scale.markdown(measured), args, argv)
+    return _kept(results, scale.markdown(measured), args, argv, at_start)
 
 
-def _kept(results: dict[str, Any], table: str, args: argparse.Namespace, argv: list[str]) -> int:
+def _kept(
+    results: dict[str, Any],
+    table: str,
+    args: argparse.Namespace,
+    argv: list[str],
+    at_start: dict[str, Any],
+) -> int:
     """A run without plots: bench-results.json and its result file written, its table
     printed; 1 if a part failed."""
     out = args.out_dir.resolve()
     out.mkdir(parents=True, exist_ok=True)
     report.write_json(out / "bench-results.json", results)
-    kept = result_files.write(results, argv, vars(args), args.results_dir)
+    kept = result_files.write(results, argv, vars(args), args.results_dir, at_start)
     print(table)
     print(f"\nWrote {out / 'bench-results.json'}.")
     print(f"Result file: {kept}")

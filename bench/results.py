@@ -60,16 +60,24 @@ def profile_label(profile: str, only: list[str] | None) -> str:
 
 
 def write(
-    results: dict[str, Any], argv: list[str], options: dict[str, Any], folder: Path = RESULTS_DIR
+    results: dict[str, Any],
+    argv: list[str],
+    options: dict[str, Any],
+    folder: Path = RESULTS_DIR,
+    measured: dict[str, Any] | None = None,
 ) -> Path:
-    """Write the result file of a finished run and return its path. A second run of the same
-    day, commit and profile gets `-2`, `-3`, ...: no run overwrites another."""
+    """Write the result file of a finished run and return its path. `measured`: the commit
+    (`commit()`) taken as the run started, the code that ran; the tree may have moved on
+    during a long run (`commit_at_end` then says to what). A second run of the same day,
+    commit and profile gets `-2`, `-3`, ...: no run overwrites another."""
     now = datetime.now(UTC)
+    at_end = commit()
     run = {
         "format": FORMAT,
         "date": now.date().isoformat(),
         "finished_at": now.isoformat(timespec="seconds"),
-        "commit": commit(),
+        "commit": measured or at_end,
+        **({"commit_at_end": at_end} if measured and measured != at_end else {}),
         "profile": profile_label(results["profile"], results.get("only")),
         "command": " ".join(["python -m bench", *argv]),
         "options": {k: str(v) if isinstance(v, Path) else v for k, v in options.items()},

@@ -43,7 +43,7 @@ METRICS = 20
 SERIES = NODES * METRICS
 SAMPLES_PER_WRITE = 2000  # Prometheus' max_samples_per_send
 CLIENTS = 2
-WINDOW_S = {True: 8.0, False: 30.0}
+WINDOW_S = {True: 5.0, False: 30.0}
 GOAL = 1.5
 HEADERS = {
     "Content-Encoding": "snappy",

@@ -102,6 +102,18 @@ def test_a_run_writes_its_result_file(tmp_path: Path) -> None:
     assert kept["snmp_oids_per_core_s"] == 1.0
     assert kept["machine"]["cpu_count"] >= 1 and kept["machine"]["memory_total_bytes"] > 0
     assert kept["machine"]["cpu_model"] and kept["machine"]["kernel"]
+    assert "commit_at_end" not in run
+
+
+def test_a_run_names_the_commit_it_started_on(tmp_path: Path) -> None:
+    """A long run during which the tree moved on is filed under the commit it ran."""
+    started = {"sha": "0" * 40, "short": "0000000", "dirty": False, "changed_files": []}
+    figures = {"profile": "scale", "only": None, "errors": {}}
+    path = results.write(figures, ["--scale"], {"scale": True}, tmp_path, started)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d-0000000-scale\.json", path.name)
+    run = json.loads(path.read_text())["run"]
+    assert run["commit"] == started
+    assert run["commit_at_end"]["sha"] == _git("rev-parse", "HEAD")
 
 
 def _result(**figures: object) -> publish.Result:
