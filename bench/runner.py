@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.dataset import Dataset
-from bench.profiles import KEY_SELECTION, Profile, selections
+from bench.profiles import KEY_SELECTION, QUICK, Profile, selections
 from bench.systems.base import Selection, System
 
 log = logging.getLogger("bench")
@@ -112,7 +112,7 @@ def query_phase(system: System, data: Dataset, profile: Profile) -> dict[str, An
         if sel.name in queries:
             continue
         expected = data.count(list(sel.devices), sel.start_us, sel.end_us, system.timestamp_unit_us)
-        prepared = system.prepare_fetch(data, sel)
+        prepared = system.prepare_fetch(data, sel, quick=profile is QUICK)
         q = time_query(system, data, sel, profile.repeats, expected)
         queries[sel.name] = q = {**q, **prepared}
         layers = {

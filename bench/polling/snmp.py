@@ -87,7 +87,7 @@ DEVICES_PER_AGENT = 100  # at most (one snmpd serves up to ~120 endpoints)
 FIRST_ADDRESS = ipaddress.IPv4Address("127.0.1.1")
 # Keyed by quick (True) or full run (False):
 DEVICES = {True: 200, False: 1000}  # full: the load, 1,000 PDUs x 20 OIDs every second
-MEASURE_S = {True: 8, False: 180}
+MEASURE_S = {True: 6, False: 180}
 WARMUP_S = {True: 2, False: 20}
 START_TIMEOUT_S = 120.0
 EXPORTER = "/usr/bin/prometheus-snmp-exporter"

@@ -105,9 +105,12 @@ class System(ABC):
     def count(self, fetched: Any) -> int:
         """The number of values in a `fetch` result (untimed, to check it is complete)."""
 
-    def prepare_fetch(self, data: Dataset, selection: Selection) -> dict[str, Any]:
+    def prepare_fetch(
+        self, data: Dataset, selection: Selection, quick: bool = False
+    ) -> dict[str, Any]:
         """Untimed, before a shape's fetches: what the system's client settles on for it
-        (jobscope: the API's fastest format for the shape). Its figures go with the shape's."""
+        (jobscope: the API's fastest format for the shape; `quick`: among fewer). Its figures
+        go with the shape's."""
         return {}
 
     def query_layers(self) -> dict[str, Callable[[Dataset, Selection], Any]]:

@@ -74,7 +74,7 @@ CHECK_INTERVAL_S = 0.05
 WARMUP_READINGS = 2_400_000  # produced to a topic of their own before the ingest is timed
 VARIANT_SECONDS = 120  # data drained per variant (full runs): 2.4 M readings
 # Keyed by quick (True) or full run (False):
-FRESHNESS_S = {True: 10, False: 60}  # length of the steady-load phase
+FRESHNESS_S = {True: 6, False: 60}  # length of the steady-load phase
 FLOOR_REPEATS = 200
 SERVERS = ("kafka", "clickhouse")  # the processes that ingest and store
 
@@ -492,17 +492,20 @@ class Jobscope(System):
 
     # -- queries ---------------------------------------------------------------------------
 
-    def prepare_fetch(self, data: Dataset, selection: Selection) -> dict[str, Any]:
+    def prepare_fetch(
+        self, data: Dataset, selection: Selection, quick: bool = False
+    ) -> dict[str, Any]:
         """The API's fastest format for the shape, as a client that measured them would use:
-        each format fetched FORMAT_TRIALS times (answers counted), the least best time kept.
-        The API is started (records off, nothing computed beside the queries) if it is not."""
+        each format (QUICK: jobscope_api.QUICK_FORMATS) fetched FORMAT_TRIALS times (answers
+        counted), the least best time kept. The API is started (records off, nothing
+        computed beside the queries) if it is not."""
         if self.http is None:
             self._restart_api({"JOBSCOPE_RECORDS_INTERVAL_S": "0"})
             self.http = httpx.Client(
                 base_url=self.settings.api_url, timeout=TIMEOUT, headers=IDENTITY
             )
         trials: dict[str, float] = {}
-        for fmt in jobscope_api.FORMATS:
+        for fmt in jobscope_api.QUICK_FORMATS if quick else jobscope_api.FORMATS:
             runs = []
             for _ in range(FORMAT_TRIALS):
                 began = time.perf_counter()

@@ -179,7 +179,7 @@ def measure(
         restart_api({"JOBSCOPE_RECORDS_INTERVAL_S": str(RECORDS_INTERVAL_S)})
         part("summary_record", lambda: _summary_record(http, job, repeats, limit_s))
         if "api.report_data" not in failed:
-            part("report", lambda: _report(http, admin, reader, repeats, limit_s))
+            part("report", lambda: _report(http, admin, reader, repeats, limit_s, not quick))
     out["api_goals"] = GOALS
     if failed:
         out["failed_measurements"] = failed
@@ -536,12 +536,12 @@ def _report_data(http: _Http, admin: Client, token: str) -> dict[str, Any]:
 
 
 def _report(
-    http: _Http, admin: Client, reader: Client, repeats: int, limit_s: float
+    http: _Http, admin: Client, reader: Client, repeats: int, limit_s: float, direct: bool
 ) -> dict[str, Any]:
     """The 100-node, 24-hour job's report as HTML and as PDF, once the rollups hold its
     minutes (no bucket of its devices pending) and its record exists (as an ended job is
-    served); every answer checked. Beside it (what a report costs before its record), the
-    API's `summarise` of the job called once in this process."""
+    served); every answer checked. Beside it with `direct` (full runs: what a report costs
+    before its record), the API's `summarise` of the job called once in this process."""
     began = time.monotonic()
     inserted = jobscope_report.readings()
     wait_until(
@@ -576,19 +576,21 @@ def _report(
         pdf.append(seconds)
         sizes["pdf"] = len(document)
     in_job = report["summary"].get("metrics", [])
-    stored = get_job(reader, jobscope_report.JOB_ID)
-    began = time.perf_counter()
-    annotated(reader, stored, with_aliases(reader, job_selection(stored, EVERYTHING)))
-    summarise_s = time.perf_counter() - began
+    summarise_s = None
+    if direct:
+        stored = get_job(reader, jobscope_report.JOB_ID)
+        began = time.perf_counter()
+        annotated(reader, stored, with_aliases(reader, job_selection(stored, EVERYTHING)))
+        summarise_s = time.perf_counter() - began
     log.info(
         "jobscope: API, report of %d nodes x 24 h: HTML %.3f s (best %.3f), PDF %.3f s "
-        "(best %.3f); summarise in-process %.3f s; rollups waited for %.1f s",
+        "(best %.3f); summarise in-process %s s; rollups waited for %.1f s",
         jobscope_report.NODES,
         statistics.median(html),
         min(html),
         statistics.median(pdf),
         min(pdf),
-        summarise_s,
+        "n/a" if summarise_s is None else f"{summarise_s:.3f}",
         waited,
     )
     return {
