@@ -58,8 +58,8 @@ CPUS = 64
 VARIANTS = 8
 # Keyed by quick (True) or full run (False):
 TARGETS = {True: 20, False: 50}  # full: ~65,000 samples/s, half a core of the producer
-MEASURE_S = {True: 8, False: 60}  # whole periods
-WARMUP_S = {True: 3, False: 10}
+MEASURE_S = {True: 6, False: 60}  # whole periods
+WARMUP_S = {True: 2, False: 10}
 START_TIMEOUT_S = 60.0
 PROMETHEUS = "/usr/bin/prometheus"
 SERIES_PER_SCRAPE = 5
