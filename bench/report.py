@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench.profiles import KEY_SELECTION
+from bench.profiles import KEY_SELECTION, QUICK
+from bench.systems.jobscope_api import FORMATS, QUICK_FORMATS
 
 OURS = "jobscope"
 PEERS = ("peer_victoriametrics", "peer_postgres")
@@ -30,8 +31,7 @@ ROWS = [
 
 QUERY_KEYS = {KEY_SELECTION: "query_100dev_10min_s"}  # query shapes that have a row of their own
 
-# jobscope's job API (bench/systems/jobscope_api.py): its formats, top-level keys and goals.
-API_FORMATS = ("json", "ndjson", "csv", "parquet", "arrow")
+# jobscope's job API (bench/systems/jobscope_api.py: its FORMATS): top-level keys and goals.
 ABUSE_KEYS = [
     "api_p99_no_abuse_s",
     "api_success_ratio_no_abuse",
@@ -51,8 +51,8 @@ API_KEYS = [
     "api_1m_best_format",
     "api_1m_direct_s",
     "api_1m_overhead_ratio",
-    *(f"api_1m_{f}_s" for f in API_FORMATS),
-    *(f"api_1m_direct_{f}_s" for f in API_FORMATS),
+    *(f"api_1m_{f}_s" for f in FORMATS),
+    *(f"api_1m_direct_{f}_s" for f in FORMATS),
     "api_summary_1m_readings_s",
     "api_summary_1m_record_s",
     "api_step_1m_s",
@@ -228,7 +228,8 @@ def markdown(systems: dict[str, dict[str, Any]], results: dict[str, Any]) -> str
     for title, sel in query_rows:
         row(title, lambda r, sel=sel: _shape(r, sel).get("seconds"), "{:.3f}", "query", sel)
     if OURS in systems:
-        for title, value in jobscope_rows(systems[OURS]):
+        quick = results.get("profile") == QUICK.name
+        for title, value in jobscope_rows(systems[OURS], quick):
             lines.append("| " + " | ".join([title, value] + [""] * (len(head) - 2)) + " |")
     machine = results.get("machine", {})
     dataset = results.get("dataset", {})
@@ -285,8 +286,23 @@ def _goal(js: dict[str, Any], key: str, fmt: str, detail: str = "") -> str:
     return f"{text}; goal <= {goal:g}: {'met' if value <= goal else 'MISSED'}"
 
 
-def api_rows(js: dict[str, Any]) -> list[tuple[str, str]]:
-    """The job API's figures (bench/systems/jobscope_api.py)."""
+def _by_format(js: dict[str, Any], quick: bool) -> str:
+    """Each format's time through the API / straight from ClickHouse; those QUICK leaves out
+    (not QUICK_FORMATS) said so, not shown as n/a like a format that failed."""
+    measured = [f for f in FORMATS if not quick or f in QUICK_FORMATS]
+    left_out = [f for f in FORMATS if f not in measured]
+    return "; ".join(
+        [
+            f"{f} {_fmt(js.get(f'api_1m_{f}_s'), '{:.3f}')} / "
+            f"{_fmt(js.get(f'api_1m_direct_{f}_s'), '{:.3f}')}"
+            for f in measured
+        ]
+        + ([f"{', '.join(left_out)} not measured (QUICK)"] if left_out else [])
+    )
+
+
+def api_rows(js: dict[str, Any], quick: bool = False) -> list[tuple[str, str]]:
+    """The job API's figures (bench/systems/jobscope_api.py); `quick`: a QUICK run's."""
     best = js.get("api_1m_best_format")
     readings = js.get("api_1m_readings")
     size = f"{readings / 1e6:.1f} M" if readings else "1 M"
@@ -301,11 +317,7 @@ def api_rows(js: dict[str, Any]) -> list[tuple[str, str]]:
         (
             f"jobscope: API, job of {size} readings by format: API / ClickHouse directly "
             "(same SQL and format, read-only user), s",
-            "; ".join(
-                f"{f} {_fmt(js.get(f'api_1m_{f}_s'), '{:.3f}')} / "
-                f"{_fmt(js.get(f'api_1m_direct_{f}_s'), '{:.3f}')}"
-                for f in API_FORMATS
-            ),
+            _by_format(js, quick),
         ),
         (
             "jobscope: API overhead, best format's time / ClickHouse directly in that format",
@@ -368,8 +380,8 @@ def api_rows(js: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
-def jobscope_rows(js: dict[str, Any]) -> list[tuple[str, str]]:
-    """Figures only jobscope has (no peer equivalent in this run)."""
+def jobscope_rows(js: dict[str, Any], quick: bool = False) -> list[tuple[str, str]]:
+    """Figures only jobscope has (no peer equivalent in this run); `quick`: a QUICK run's."""
     rows = [
         (
             "jobscope: Kafka engine drain of a full topic (production schema, RowBinary, 100 "
@@ -400,7 +412,7 @@ def jobscope_rows(js: dict[str, Any]) -> list[tuple[str, str]]:
             f"{_fmt(js.get('query_floor_s'), '{:.2f}', 1000)} / "
             f"{_fmt(js.get('engine_select1_s'), '{:.3f}', 1000)}",
         ),
-        *api_rows(js),
+        *api_rows(js, quick),
         *abuse_rows(js),
     ]
     for name, v in js.get("drain_variants", {}).items():

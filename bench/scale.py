@@ -79,7 +79,7 @@ class ScaleSpec:
 
     def profile(self) -> str:
         """The result file's profile: `scale`, or `scale-<devices>dev-<days>d` for another
-        fleet or levels (the growth variant: `make bench SCALE=1 SCALE_DEVICES=20`)."""
+        fleet or levels (the growth variant: `make bench SCALE=1 SCALE_DEVICES=10`)."""
         if (self.devices, self.levels_days) == (ScaleSpec.devices, ScaleSpec.levels_days):
             return "scale"
         return f"scale-{self.devices}dev-{'-'.join(map(str, self.levels_days))}d"

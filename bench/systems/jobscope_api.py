@@ -179,7 +179,10 @@ def measure(
         restart_api({"JOBSCOPE_RECORDS_INTERVAL_S": str(RECORDS_INTERVAL_S)})
         part("summary_record", lambda: _summary_record(http, job, repeats, limit_s))
         if "api.report_data" not in failed:
-            part("report", lambda: _report(http, admin, reader, repeats, limit_s, not quick))
+            part(
+                "report",
+                lambda: _report(http, admin, reader, repeats, limit_s, direct=not quick),
+            )
     out["api_goals"] = GOALS
     if failed:
         out["failed_measurements"] = failed
