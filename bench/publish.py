@@ -507,8 +507,130 @@ def render_sizing(result: Result, page: Path) -> str:
     )
 
 
+# -- goals: issue 32's targets, each judged on the cited run --------------------------------
+
+PEERS = {"victoriametrics": "VictoriaMetrics", "postgres": "PostgreSQL"}
+_SCALE_SHAPE = re.compile(r"\Ascale_(?P<system>[a-z]+)_(?P<shape>\d+dev_\w+?)_(?P<level>\d+d)_s\Z")
+
+
+def shape_times(result: Result) -> dict[str, dict[str, float]]:
+    """system -> {shape: seconds} of the job query shapes the run holds: QUICK's and full's
+    `queries_s` (peers as `peer_<name>`), or the scale profile's `scale_<system>_<shape>_
+    <level>_s` (a shape per level: `10dev_60min@7d`)."""
+    out: dict[str, dict[str, float]] = {}
+    for system, shapes in (result.get("queries_s") or {}).items():
+        out[system.removeprefix("peer_")] = dict(shapes)
+    for key, value in result.data.items():
+        if (m := _SCALE_SHAPE.match(key)) and value is not None:
+            out.setdefault(m["system"], {})[f"{m['shape']}@{m['level']}"] = value
+    return out
+
+
+def worst_speedup(result: Result, peer: str) -> tuple[float, str] | None:
+    """The smallest of the peer's time over jobscope's, over the shapes both hold, and its
+    shape; None when they share none."""
+    times = shape_times(result)
+    ours, theirs = times.get("jobscope", {}), times.get(peer, {})
+    ratios = [(theirs[s] / ours[s], s) for s in ours if s in theirs and ours[s] > 0]
+    return min(ratios) if ratios else None
+
+
+def _ratio(result: Result, key: str, over: str) -> float | None:
+    a, b = result.get(key), result.get(over)
+    return a / b if a is not None and b else None
+
+
+@dataclass(frozen=True)
+class Goal:
+    """One of issue 32's goals: the figure, the bound it must meet (`at_least` or at most)."""
+
+    what: str
+    figure: Callable[[Result], tuple[float, str] | None]
+    bound: float
+    at_least: bool
+
+    def verdict(self, value: float) -> str:
+        met = value >= self.bound if self.at_least else value <= self.bound
+        return "met" if met else "not met"
+
+
+def _plain(
+    figure: Callable[[Result], float | None],
+) -> Callable[[Result], tuple[float, str] | None]:
+    def value(result: Result) -> tuple[float, str] | None:
+        v = figure(result)
+        return None if v is None else (v, "")
+
+    return value
+
+
+GOALS: list[Goal] = [
+    Goal(
+        "ingest readings/s end to end, jobscope over VictoriaMetrics",
+        _plain(
+            lambda r: _ratio(
+                r, "ingest_e2e_readings_per_s", "peer_victoriametrics_ingest_readings_per_s"
+            )
+        ),
+        1.5,
+        True,
+    ),
+    Goal(
+        "ingest CPU per reading as deployed (rollups in), jobscope over VictoriaMetrics",
+        _plain(
+            lambda r: _ratio(
+                r, "ingest_cpu_us_per_reading", "peer_victoriametrics_ingest_cpu_us_per_reading"
+            )
+        ),
+        1.0,
+        False,
+    ),
+    *(
+        Goal(
+            f"job queries through the API, time of {label} over jobscope's, worst shape",
+            lambda r, peer=peer: worst_speedup(r, peer),
+            bound,
+            True,
+        )
+        for peer, label, bound in (
+            ("postgres", "PostgreSQL", 5.0),
+            ("victoriametrics", "VictoriaMetrics", 1.5),
+        )
+    ),
+    Goal(
+        "`step=1m` of 10^5 rows from the rollups, server time (nothing encoded), s",
+        _plain(lambda r: r.get("api_step_server_s")),
+        0.05,
+        False,
+    ),
+    Goal(
+        "Prometheus scraping per CPU-second, jobscope's producer over the Prometheus server",
+        _plain(lambda r: r.get("prometheus_vs_server")),
+        1.0,
+        True,
+    ),
+]
+
+
+def render_goals(result: Result, page: Path) -> str:
+    """Each goal the cited run holds a figure for: the figure, the bound, met or not."""
+    rows = []
+    for goal in GOALS:
+        if (found := goal.figure(result)) is None:
+            continue
+        value, where = found
+        bound = f"{'>=' if goal.at_least else '<='} {goal.bound:g}"
+        shape = f" (`{where}`)" if where else ""
+        rows.append(f"| {goal.what} | {value:.3g}{shape} | {bound} | {goal.verdict(value)} |")
+    lines = [_wrap(cite(result, page)), ""]
+    if not rows:
+        return "\n".join([*lines, "This run holds no figure of a goal."])
+    return "\n".join([*lines, "| goal | this run | bound | verdict |", "|---|---|---|---|", *rows])
+
+
 RENDERERS: dict[str, Callable[[Result, Path], str]] = {
     "figures": render_figures,
+    "goals": render_goals,
     "sizing": render_sizing,
 }
 """Blocks citing one result file."""

@@ -380,3 +380,51 @@ def test_main_refuses_what_no_block_can_cite(
     assert _refused(capsys, GROWTH, GROWTH) == prog + (
         f"block runs cites {GROWTH} more than once: each run once"
     )
+
+
+def test_goals_are_judged_on_the_cited_run() -> None:
+    """Each goal with its figure, bound and verdict; the worst shape named; a goal whose
+    figure the run lacks is left out."""
+    run = publish.Result.load(QUICK).data["run"]
+    result = publish.Result(
+        QUICK,
+        {
+            "run": run,
+            "ingest_e2e_readings_per_s": 900.0,
+            "peer_victoriametrics_ingest_readings_per_s": 500.0,
+            "queries_s": {
+                "jobscope": {"a": 0.01, "b": 0.1},
+                "peer_postgres": {"a": 0.1, "b": 0.2},
+                "peer_victoriametrics": {"a": 0.005, "b": 0.3},
+            },
+            "api_step_server_s": 0.06,
+        },
+    )
+    text = publish.render_goals(result, Path("bench/README.md"))
+    rows = {line.split(" | ")[0].strip("| "): line for line in text.splitlines() if "|" in line}
+    assert (
+        "| 1.8 | >= 1.5 | met |"
+        in rows["ingest readings/s end to end, jobscope over VictoriaMetrics"]
+    )
+    pg = rows["job queries through the API, time of PostgreSQL over jobscope's, worst shape"]
+    assert "| 2 (`b`) | >= 5 | not met |" in pg
+    vm = rows["job queries through the API, time of VictoriaMetrics over jobscope's, worst shape"]
+    assert "| 0.5 (`a`) | >= 1.5 | not met |" in vm
+    step = next(v for k, v in rows.items() if k.startswith("`step=1m`"))
+    assert "| 0.06 | <= 0.05 | not met |" in step
+    assert not any("CPU" in k or "Prometheus" in k for k in rows)
+
+
+def test_scale_shapes_are_compared_level_by_level() -> None:
+    result = _result(
+        scale_jobscope_1dev_1min_7d_s=0.02,
+        scale_postgres_1dev_1min_7d_s=0.2,
+        scale_postgres_1dev_1min_1d_s=0.001,
+        scale_jobscope_summary_7d_s=9.0,
+    )
+    assert publish.shape_times(result) == {
+        "jobscope": {"1dev_1min@7d": 0.02},
+        "postgres": {"1dev_1min@7d": 0.2, "1dev_1min@1d": 0.001},
+    }
+    assert publish.worst_speedup(result, "postgres") == (10.0, "1dev_1min@7d")
+    assert publish.worst_speedup(result, "victoriametrics") is None
