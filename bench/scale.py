@@ -598,7 +598,10 @@ def run_system(
             system.stop()
         except Exception as exc:
             log.error("%s: stop failed: %s", key, exc)
-        shutil.rmtree(workdir, ignore_errors=True)
+        # the system's own folder too: PostgreSQL's is elsewhere when its user cannot reach
+        # `workdir` (stack.processes.shared_dir), and a week of it is tens of GB
+        for folder in {workdir, system.workdir}:
+            shutil.rmtree(folder, ignore_errors=True)
     return out
 
 
