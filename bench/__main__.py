@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
-    measured = result_files.commit()  # the code that runs (the tree may move on meanwhile)
+    started_on = result_files.commit()  # the code that runs (the tree may move on meanwhile)
     only = None
     if args.only is not None:
         only = frozenset(s.strip() for s in args.only.split(",") if s.strip())
@@ -139,14 +139,19 @@ def main(argv: list[str] | None = None) -> int:
     profile = QUICK if args.quick else FULL
     state = args.state_dir.resolve()
     if args.scale:
-        return run_scale(args, argv, chosen, state, measured)
+        return run_scale(args, argv, chosen, state, started_on)
 
     polling_only = only is not None and not storage_only
     with LoadSampler() as machine:
         if not polling_only:
             started = time.monotonic()
             data = load_or_generate(profile.spec(), state / "data")
-            data_int = load_or_generate(profile.spec(integer=True), state / "data")
+            # the integer variant's store: a full run's, without --only (runner.run_system)
+            data_int = (
+                load_or_generate(profile.spec(integer=True), state / "data")
+                if only is None and not args.quick
+                else None
+            )
             prepare_s = time.monotonic() - started
             log.info("data: %s (ready in %.1f s)", data.spec.describe(), prepare_s)
             systems = run_all(
@@ -172,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
             "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "errors": polling_errors,
         }
-        return _kept(results, report.polling_markdown(results), args, argv, measured)
+        return _kept(results, report.polling_markdown(results), args, argv, started_on)
     results = report.flatten(
         systems,
         {
@@ -196,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     results["errors"].update(polling_errors)
     report.write_json(out / "bench-results.json", results)
-    kept = result_files.write(results, argv, vars(args), args.results_dir, measured)
+    kept = result_files.write(results, argv, vars(args), args.results_dir, started_on)
     pngs = report.plots(systems, out / "bench-plots", data.spec.duration_s / 60)
     print(report.markdown(systems, results))
     if polling:
@@ -211,7 +216,7 @@ def run_scale(
     argv: list[str],
     chosen: list[str],
     state: Path,
-    at_start: dict[str, Any],
+    started_on: dict[str, Any],
 ) -> int:
     """The scale profile alone: its table, bench-results.json and its result file."""
     days = tuple(int(d) for d in args.scale_days.split(",") if d.strip())
@@ -229,7 +234,7 @@ def run_scale(
         "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "errors": {k: s["error"] for k, s in measured["systems"].items() if s.get("error")},
     }
-    return _kept(results, scale.markdown(measured), args, argv, at_start)
+    return _kept(results, scale.markdown(measured), args, argv, started_on)
 
 
 def _kept(
@@ -237,14 +242,14 @@ def _kept(
     table: str,
     args: argparse.Namespace,
     argv: list[str],
-    at_start: dict[str, Any],
+    started_on: dict[str, Any],
 ) -> int:
     """A run without plots: bench-results.json and its result file written, its table
     printed; 1 if a part failed."""
     out = args.out_dir.resolve()
     out.mkdir(parents=True, exist_ok=True)
     report.write_json(out / "bench-results.json", results)
-    kept = result_files.write(results, argv, vars(args), args.results_dir, at_start)
+    kept = result_files.write(results, argv, vars(args), args.results_dir, started_on)
     print(table)
     print(f"\nWrote {out / 'bench-results.json'}.")
     print(f"Result file: {kept}")

@@ -15,11 +15,13 @@ each figure's median and spread (max/min) over the runs that hold it:
 
 `python -m bench.publish` renders every block again from the files it cites (after a change
 of this module); `python -m bench.publish FILE...` makes every block (or those named by
-`--block`) cite the given files: a `runs` block all of them (at least two), the others the
-last; `--check` writes nothing and exits 1 when a page differs from what its files give, or
-cites a file that is not in bench/results/ (tests/bench/test_published_figures.py runs the
-same check). The producer, ClickHouse and API sizing of docs/kubernetes.md is computed here,
-from the cited file's figures: `sizing`.
+`--block`) cite the given files: a `runs` block all of them (at least two, each once, runs of
+one profile: its spread is run to run), the others the last (several files where no runs
+block is rendered are refused); `--check` writes nothing and exits 1 when a page differs from
+what its files give, or cites a file that is not in bench/results/ (or cannot cite what it
+does; tests/bench/test_published_figures.py runs the same check). The producer, ClickHouse
+and API sizing of docs/kubernetes.md is computed here, from the cited file's figures:
+`sizing`.
 """
 
 from __future__ import annotations
@@ -124,6 +126,7 @@ FIGURES: list[tuple[str, list[Figure]]] = [
             ("API over direct ClickHouse, same format", "api_1m_overhead_ratio", ".2f"),
             ("summary of 1 M readings, s", "api_summary_1m_readings_s", ".3f"),
             ("`step=1m` over the whole data, s", "api_step_1m_s", ".3f"),
+            ("`step=1m`, server time (nothing encoded), s", "api_step_server_s", ".3f"),
             ("export peak RSS, MB", "api_export_peak_rss_mb", ",.0f"),
             ("report, 100 nodes x 24 h, HTML, s", "report_100_nodes_24h_s", ".3f"),
             ("small queries answered per second", "api_small_queries_per_s", ",.1f"),
@@ -202,15 +205,24 @@ def _value(result: Result, key: str, fmt: str) -> str | None:
     return _format(result.get(key), fmt)
 
 
-def _run(result: Result, page: Path) -> tuple[str, str]:
-    """A run's file as a link from `page`, and what it was: profile, commit, date, command,
-    machine and what else that machine did."""
-    run = result.data["run"]
-    machine = result.data.get("machine") or {}
-    link = os.path.relpath(REPO_ROOT / result.path, (REPO_ROOT / page).parent)
+def _commit(run: dict[str, Any]) -> str:
+    """The commit a run started on, and where the tree was when it ended if it moved on."""
     sha = f"`{run['commit']['short']}`" + (
         " (uncommitted changes)" if run["commit"]["dirty"] else ""
     )
+    if at_end := run.get("commit_at_end"):
+        changes = " with uncommitted changes" if at_end["dirty"] else ""
+        sha += f" (the tree was at `{at_end['short']}`{changes} when it ended)"
+    return sha
+
+
+def _run(result: Result, page: Path) -> tuple[str, str]:
+    """A run's file as a link from `page`, and what it was: profile, commit (and the tree's
+    at its end, if it moved on), date, command, machine and what else that machine did."""
+    run = result.data["run"]
+    machine = result.data.get("machine") or {}
+    link = os.path.relpath(REPO_ROOT / result.path, (REPO_ROOT / page).parent)
+    sha = _commit(run)
     memory = (machine.get("memory_total_bytes") or 0) / 2**30
     busy = machine.get("cpu_busy_fraction_during")
     load = machine.get("loadavg_before") or [None]
@@ -496,8 +508,130 @@ def render_sizing(result: Result, page: Path) -> str:
     )
 
 
+# -- goals: issue 32's targets, each judged on the cited run --------------------------------
+
+PEERS = {"victoriametrics": "VictoriaMetrics", "postgres": "PostgreSQL"}
+_SCALE_SHAPE = re.compile(r"\Ascale_(?P<system>[a-z]+)_(?P<shape>\d+dev_\w+?)_(?P<level>\d+d)_s\Z")
+
+
+def shape_times(result: Result) -> dict[str, dict[str, float]]:
+    """system -> {shape: seconds} of the job query shapes the run holds: QUICK's and full's
+    `queries_s` (peers as `peer_<name>`), or the scale profile's `scale_<system>_<shape>_
+    <level>_s` (a shape per level: `10dev_60min@7d`)."""
+    out: dict[str, dict[str, float]] = {}
+    for system, shapes in (result.get("queries_s") or {}).items():
+        out[system.removeprefix("peer_")] = dict(shapes)
+    for key, value in result.data.items():
+        if (m := _SCALE_SHAPE.match(key)) and value is not None:
+            out.setdefault(m["system"], {})[f"{m['shape']}@{m['level']}"] = value
+    return out
+
+
+def worst_speedup(result: Result, peer: str) -> tuple[float, str] | None:
+    """The smallest of the peer's time over jobscope's, over the shapes both hold, and its
+    shape; None when they share none."""
+    times = shape_times(result)
+    ours, theirs = times.get("jobscope", {}), times.get(peer, {})
+    ratios = [(theirs[s] / ours[s], s) for s in ours if s in theirs and ours[s] > 0]
+    return min(ratios) if ratios else None
+
+
+def _ratio(result: Result, key: str, over: str) -> float | None:
+    a, b = result.get(key), result.get(over)
+    return a / b if a is not None and b else None
+
+
+@dataclass(frozen=True)
+class Goal:
+    """One of issue 32's goals: the figure, the bound it must meet (`at_least` or at most)."""
+
+    what: str
+    figure: Callable[[Result], tuple[float, str] | None]
+    bound: float
+    at_least: bool
+
+    def verdict(self, value: float) -> str:
+        met = value >= self.bound if self.at_least else value <= self.bound
+        return "met" if met else "not met"
+
+
+def _plain(
+    figure: Callable[[Result], float | None],
+) -> Callable[[Result], tuple[float, str] | None]:
+    def value(result: Result) -> tuple[float, str] | None:
+        v = figure(result)
+        return None if v is None else (v, "")
+
+    return value
+
+
+GOALS: list[Goal] = [
+    Goal(
+        "ingest readings/s end to end, jobscope over VictoriaMetrics",
+        _plain(
+            lambda r: _ratio(
+                r, "ingest_e2e_readings_per_s", "peer_victoriametrics_ingest_readings_per_s"
+            )
+        ),
+        1.5,
+        True,
+    ),
+    Goal(
+        "ingest CPU per reading as deployed (rollups in), jobscope over VictoriaMetrics",
+        _plain(
+            lambda r: _ratio(
+                r, "ingest_cpu_us_per_reading", "peer_victoriametrics_ingest_cpu_us_per_reading"
+            )
+        ),
+        1.0,
+        False,
+    ),
+    *(
+        Goal(
+            f"job queries through the API, time of {label} over jobscope's, worst shape",
+            lambda r, peer=peer: worst_speedup(r, peer),
+            bound,
+            True,
+        )
+        for peer, label, bound in (
+            ("postgres", "PostgreSQL", 5.0),
+            ("victoriametrics", "VictoriaMetrics", 1.5),
+        )
+    ),
+    Goal(
+        "`step=1m` of 10^5 rows from the rollups, server time (nothing encoded), s",
+        _plain(lambda r: r.get("api_step_server_s")),
+        0.05,
+        False,
+    ),
+    Goal(
+        "Prometheus scraping per CPU-second, jobscope's producer over the Prometheus server",
+        _plain(lambda r: r.get("prometheus_vs_server")),
+        1.0,
+        True,
+    ),
+]
+
+
+def render_goals(result: Result, page: Path) -> str:
+    """Each goal the cited run holds a figure for: the figure, the bound, met or not."""
+    rows = []
+    for goal in GOALS:
+        if (found := goal.figure(result)) is None:
+            continue
+        value, where = found
+        bound = f"{'>=' if goal.at_least else '<='} {goal.bound:g}"
+        shape = f" (`{where}`)" if where else ""
+        rows.append(f"| {goal.what} | {value:.3g}{shape} | {bound} | {goal.verdict(value)} |")
+    lines = [_wrap(cite(result, page)), ""]
+    if not rows:
+        return "\n".join([*lines, "This run holds no figure of a goal."])
+    return "\n".join([*lines, "| goal | this run | bound | verdict |", "|---|---|---|---|", *rows])
+
+
 RENDERERS: dict[str, Callable[[Result, Path], str]] = {
     "figures": render_figures,
+    "goals": render_goals,
     "sizing": render_sizing,
 }
 """Blocks citing one result file."""
@@ -513,13 +647,30 @@ def files(field: str) -> list[str]:
 
 
 def _count_problem(name: str, paths: list[str]) -> str | None:
-    """Why a block cannot cite these files (an unknown block, or a wrong count); None if it can."""
+    """Why a block cannot cite these files (an unknown block, a wrong count, or a runs block
+    citing a file more than once); None if it can."""
     if name in RUNS_RENDERERS:
-        enough = len(paths) >= MIN_RUNS
-        return None if enough else f"block {name} cites 1 file: it needs at least {MIN_RUNS}"
+        if len(paths) < MIN_RUNS:
+            cites = f"{len(paths)} file{'s' if len(paths) != 1 else ''}"
+            return f"block {name} cites {cites}: it needs at least {MIN_RUNS}"
+        if twice := sorted({path for path in paths if paths.count(path) > 1}):
+            return f"block {name} cites {', '.join(twice)} more than once: each run once"
+        return None
     if name in RENDERERS:
         return None if len(paths) == 1 else f"block {name} cites {len(paths)} files: it takes one"
     return f"unknown block {name!r} (known: {', '.join(BLOCKS)})"
+
+
+def _profile_problem(name: str, results: list[Result]) -> str | None:
+    """Why a runs block cannot cite these runs (they ran different profiles: its spread is
+    run-to-run of one profile); None if it can, or for another block."""
+    profiles = sorted({r.data["run"].get("profile") or "?" for r in results})
+    if name not in RUNS_RENDERERS or len(profiles) < 2:
+        return None
+    return (
+        f"block {name} cites runs of profiles {', '.join(profiles)}: its spread is run to run "
+        "of one profile"
+    )
 
 
 def render_block(name: str, paths: list[str], page: Path) -> str:
@@ -527,6 +678,8 @@ def render_block(name: str, paths: list[str], page: Path) -> str:
     if problem := _count_problem(name, paths):
         raise ValueError(f"{page}: {problem}")
     results = [Result.load(path) for path in paths]
+    if problem := _profile_problem(name, results):
+        raise ValueError(f"{page}: {problem}")
     if name in RUNS_RENDERERS:
         return RUNS_RENDERERS[name](results, page)
     return RENDERERS[name](results[0], page)
@@ -624,6 +777,13 @@ def check(page: Path, text: str | None = None) -> list[str]:
     ]
     if problems:
         return problems
+    problems = [
+        f"{page}: {problem}"
+        for name, field in cited(text)
+        if (problem := _profile_problem(name, [Result.load(path) for path in files(field)]))
+    ]
+    if problems:
+        return problems
     diff = difflib.unified_diff(
         text.splitlines(), render(text, page).splitlines(), str(page), "regenerated", lineterm=""
     )
@@ -659,6 +819,30 @@ def too_few_runs(cite_files: list[str], only: set[str] | None, texts: Iterable[s
     return None
 
 
+def no_runs_block(cite_files: list[str], only: set[str] | None, texts: Iterable[str]) -> str | None:
+    """Why `cite_files` cannot be cited: several, where no block rendered is a runs block
+    (none on the pages, or `only` leaves it out), and the others cite one; None when they can
+    (the mirror of `too_few_runs`)."""
+    if len(cite_files) < 2:
+        return None
+    on_pages = {name for text in texts for name, _ in cited(text)}
+    if (on_pages & only if only else on_pages) & set(RUNS_RENDERERS):
+        return None
+    return (
+        f"{len(cite_files)} result files given, but no block rendered is a runs block (none on "
+        "the pages, or --block leaves it out): the others cite one file, give only that"
+    )
+
+
+def _runs_files_problem(cite_files: list[str]) -> str | None:
+    """Why several given files cannot be a runs block's: one given twice, or runs of
+    different profiles; None when they can (or when fewer than two are given)."""
+    if len(cite_files) < 2:
+        return None
+    results = [Result.load(path) for path in cite_files]
+    return _count_problem("runs", cite_files) or _profile_problem("runs", results)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.publish", description=__doc__)
     parser.add_argument(
@@ -673,7 +857,11 @@ def main(argv: list[str] | None = None) -> int:
     cite_files = _cite_files(parser, args.file)
     only = set(args.block) if args.block else None
     texts = {page: text for page in pages() if cited(text := (REPO_ROOT / page).read_text())}
-    if not args.check and (problem := too_few_runs(cite_files, only, texts.values())):
+    if not args.check and (
+        problem := too_few_runs(cite_files, only, texts.values())
+        or no_runs_block(cite_files, only, texts.values())
+        or _runs_files_problem(cite_files)
+    ):
         parser.error(problem)
     differs = False
     for page, text in texts.items():

@@ -6,7 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench.profiles import KEY_SELECTION
+from bench.profiles import KEY_SELECTION, QUICK
+from bench.systems.jobscope_api import FORMATS, QUICK_FORMATS
+from bench.systems.jobscope_api import GOALS as API_GOALS
 
 OURS = "jobscope"
 PEERS = ("peer_victoriametrics", "peer_postgres")
@@ -30,8 +32,7 @@ ROWS = [
 
 QUERY_KEYS = {KEY_SELECTION: "query_100dev_10min_s"}  # query shapes that have a row of their own
 
-# jobscope's job API (bench/systems/jobscope_api.py): its formats, top-level keys and goals.
-API_FORMATS = ("json", "ndjson", "csv", "parquet", "arrow")
+# jobscope's job API (bench/systems/jobscope_api.py: its FORMATS): top-level keys and goals.
 ABUSE_KEYS = [
     "api_p99_no_abuse_s",
     "api_success_ratio_no_abuse",
@@ -51,8 +52,8 @@ API_KEYS = [
     "api_1m_best_format",
     "api_1m_direct_s",
     "api_1m_overhead_ratio",
-    *(f"api_1m_{f}_s" for f in API_FORMATS),
-    *(f"api_1m_direct_{f}_s" for f in API_FORMATS),
+    *(f"api_1m_{f}_s" for f in FORMATS),
+    *(f"api_1m_direct_{f}_s" for f in FORMATS),
     "api_summary_1m_readings_s",
     "api_summary_1m_record_s",
     "api_step_1m_s",
@@ -65,13 +66,6 @@ API_KEYS = [
 ]
 # Issue 30 names `api_summary_1m_readings_s` so: the same figure under both keys.
 ALIASES = {"summary_1m_readings_s": "api_summary_1m_readings_s"}
-API_GOALS = {
-    "api_1m_readings_s": 1.0,
-    "api_1m_overhead_ratio": 1.2,
-    "api_summary_1m_readings_s": 0.3,
-    "api_step_1m_s": 0.05,
-    "report_100_nodes_24h_s": 2.0,
-}
 
 NOTES = [
     "VictoriaMetrics keeps millisecond timestamps (the data has microseconds; jobscope and "
@@ -228,7 +222,8 @@ def markdown(systems: dict[str, dict[str, Any]], results: dict[str, Any]) -> str
     for title, sel in query_rows:
         row(title, lambda r, sel=sel: _shape(r, sel).get("seconds"), "{:.3f}", "query", sel)
     if OURS in systems:
-        for title, value in jobscope_rows(systems[OURS]):
+        quick = results.get("profile") == QUICK.name
+        for title, value in jobscope_rows(systems[OURS], quick):
             lines.append("| " + " | ".join([title, value] + [""] * (len(head) - 2)) + " |")
     machine = results.get("machine", {})
     dataset = results.get("dataset", {})
@@ -278,15 +273,30 @@ def remote_write_row(names: list[str], results: dict[str, Any], width: int) -> l
 
 def _goal(js: dict[str, Any], key: str, fmt: str, detail: str = "") -> str:
     """A figure, what it is beside, and whether it meets its goal (at most API_GOALS[key])."""
-    value, goal = js.get(key), API_GOALS[key]
+    value, goal = js.get(key), API_GOALS.get(key)
     text = _fmt(value, fmt) + (f" ({detail})" if detail else "")
-    if value is None:
+    if value is None or goal is None:
         return text
     return f"{text}; goal <= {goal:g}: {'met' if value <= goal else 'MISSED'}"
 
 
-def api_rows(js: dict[str, Any]) -> list[tuple[str, str]]:
-    """The job API's figures (bench/systems/jobscope_api.py)."""
+def _by_format(js: dict[str, Any], quick: bool) -> str:
+    """Each format's time through the API / straight from ClickHouse; those QUICK leaves out
+    (not QUICK_FORMATS) said so, not shown as n/a like a format that failed."""
+    measured = [f for f in FORMATS if not quick or f in QUICK_FORMATS]
+    left_out = [f for f in FORMATS if f not in measured]
+    return "; ".join(
+        [
+            f"{f} {_fmt(js.get(f'api_1m_{f}_s'), '{:.3f}')} / "
+            f"{_fmt(js.get(f'api_1m_direct_{f}_s'), '{:.3f}')}"
+            for f in measured
+        ]
+        + ([f"{', '.join(left_out)} not measured (QUICK)"] if left_out else [])
+    )
+
+
+def api_rows(js: dict[str, Any], quick: bool = False) -> list[tuple[str, str]]:
+    """The job API's figures (bench/systems/jobscope_api.py); `quick`: a QUICK run's."""
     best = js.get("api_1m_best_format")
     readings = js.get("api_1m_readings")
     size = f"{readings / 1e6:.1f} M" if readings else "1 M"
@@ -301,11 +311,7 @@ def api_rows(js: dict[str, Any]) -> list[tuple[str, str]]:
         (
             f"jobscope: API, job of {size} readings by format: API / ClickHouse directly "
             "(same SQL and format, read-only user), s",
-            "; ".join(
-                f"{f} {_fmt(js.get(f'api_1m_{f}_s'), '{:.3f}')} / "
-                f"{_fmt(js.get(f'api_1m_direct_{f}_s'), '{:.3f}')}"
-                for f in API_FORMATS
-            ),
+            _by_format(js, quick),
         ),
         (
             "jobscope: API overhead, best format's time / ClickHouse directly in that format",
@@ -328,11 +334,13 @@ def api_rows(js: dict[str, Any]) -> list[tuple[str, str]]:
         (
             "jobscope: API, step=1m&agg=avg, same devices over the whole data set "
             f"({_fmt(js.get('api_step_rows'), '{:,}')} rows, JSON), s",
-            _goal(
+            _goal(js, "api_step_1m_s", "{:.3f}")
+            + "; server time (nothing encoded) "
+            + _goal(
                 js,
-                "api_step_1m_s",
+                "api_step_server_s",
                 "{:.3f}",
-                f"ClickHouse directly {_fmt(js.get('api_step_direct_s'), '{:.3f}')} s",
+                f"ClickHouse directly, JSON {_fmt(js.get('api_step_direct_s'), '{:.3f}')} s",
             ),
         ),
     ]
@@ -368,8 +376,8 @@ def api_rows(js: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
-def jobscope_rows(js: dict[str, Any]) -> list[tuple[str, str]]:
-    """Figures only jobscope has (no peer equivalent in this run)."""
+def jobscope_rows(js: dict[str, Any], quick: bool = False) -> list[tuple[str, str]]:
+    """Figures only jobscope has (no peer equivalent in this run); `quick`: a QUICK run's."""
     rows = [
         (
             "jobscope: Kafka engine drain of a full topic (production schema, RowBinary, 100 "
@@ -400,7 +408,7 @@ def jobscope_rows(js: dict[str, Any]) -> list[tuple[str, str]]:
             f"{_fmt(js.get('query_floor_s'), '{:.2f}', 1000)} / "
             f"{_fmt(js.get('engine_select1_s'), '{:.3f}', 1000)}",
         ),
-        *api_rows(js),
+        *api_rows(js, quick),
         *abuse_rows(js),
     ]
     for name, v in js.get("drain_variants", {}).items():

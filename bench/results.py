@@ -5,6 +5,7 @@ The docs' figures are generated from those files (`python -m bench.publish`)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 from datetime import UTC, datetime
@@ -13,6 +14,7 @@ from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO_ROOT / "bench" / "results"
+TREE = (".", ":(exclude)bench/results")  # what a run's commit covers: all but result files
 FORMAT = 1  # the layout of a result file: `run`, then the figures as bench-results.json holds them
 
 
@@ -27,16 +29,20 @@ def _git(*args: str) -> str | None:
 
 
 def commit() -> dict[str, Any]:
-    """The commit measured, and the files that differed from it (result files left out: a
-    run's own output does not make the next run's tree dirty)."""
+    """The commit measured, the files that differed from it (result files left out: a run's
+    own output does not make the next run's tree dirty) and `diff_sha`, the sha256 of their
+    `git diff HEAD` (None when clean; untracked files' content is not in it), so that two
+    dirty trees changing the same files differ."""
     sha = (_git("rev-parse", "HEAD") or "").strip() or None
-    status = _git("status", "--porcelain", "--", ".", ":(exclude)bench/results")
+    status = _git("status", "--porcelain", "--", *TREE)
     changed = None if status is None else [line[3:] for line in status.splitlines()]
+    diff = _git("diff", "HEAD", "--", *TREE) if changed else None
     return {
         "sha": sha,
         "short": sha[:7] if sha else "unknown",
         "dirty": bool(changed) if changed is not None else None,
         "changed_files": changed,
+        "diff_sha": None if diff is None else hashlib.sha256(diff.encode()).hexdigest(),
     }
 
 

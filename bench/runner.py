@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.dataset import Dataset
-from bench.profiles import KEY_SELECTION, QUICK, Profile, selections
+from bench.profiles import KEY_SELECTION, Profile, selections
 from bench.systems.base import Selection, System
 
 log = logging.getLogger("bench")
@@ -103,16 +103,17 @@ def storage_phase(system: System, data: Dataset) -> dict[str, Any]:
     return out
 
 
-def query_phase(system: System, data: Dataset, profile: Profile) -> dict[str, Any]:
-    """Every query shape at the system's user layer (`fetch`, after `prepare_fetch`), and at
-    its other layers (`query_layers`) beside it under `layers`."""
+def query_phase(system: System, data: Dataset, profile: Profile, quick: bool) -> dict[str, Any]:
+    """Every query shape at the system's user layer (`fetch`, after `prepare_fetch`, told
+    whether the run is QUICK), and at its other layers (`query_layers`) beside it under
+    `layers`."""
     by_devices, by_window = selections(data.spec)
     queries: dict[str, Any] = {}
     for sel in [*by_devices, *by_window]:
         if sel.name in queries:
             continue
         expected = data.count(list(sel.devices), sel.start_us, sel.end_us, system.timestamp_unit_us)
-        prepared = system.prepare_fetch(data, sel, quick=profile is QUICK)
+        prepared = system.prepare_fetch(data, sel, quick=quick)
         q = time_query(system, data, sel, profile.repeats, expected)
         queries[sel.name] = q = {**q, **prepared}
         layers = {
@@ -139,7 +140,7 @@ def query_phase(system: System, data: Dataset, profile: Profile) -> dict[str, An
 def run_system(
     system: System,
     data: Dataset,
-    data_int: Dataset,
+    data_int: Dataset | None,
     profile: Profile,
     quick: bool,
     only: frozenset[str] | None = None,
@@ -147,7 +148,7 @@ def run_system(
     """Everything measured on one system, in one try/finally that stops its servers. With
     `only`: start, load, then just those of the system's extra measurements (no storage,
     query shapes or integer variant); with `ingest` among them, compaction and storage too.
-    The integer variant's storage is a full run's only."""
+    The integer variant's storage (`data_int`, None otherwise) is a full run's only."""
     result: dict[str, Any] = {"label": system.label}
     step = "start"
     try:
@@ -165,16 +166,17 @@ def run_system(
             result.update(storage_phase(system, data))
         if only is not None and QUERIES_PART in only:
             step = "queries"
-            result.update(query_phase(system, data, profile))
+            result.update(query_phase(system, data, profile, quick))
         if only is not None:
             step = "extra measurements"
             result.update(system.extra_measurements(data, quick, only))
             return result
         step = "queries"
-        result.update(query_phase(system, data, profile))
+        result.update(query_phase(system, data, profile, quick))
         if not quick:  # a second store of each system: QUICK's 6 minutes leave it out
             step = "storage of the integer variant"
             log.info("%s: storage of the integer variant", system.label)
+            assert data_int is not None, "a full run generates the integer variant"
             result["bytes_per_reading_int"] = (
                 system.storage_bytes_of(data_int) / data_int.spec.readings
             )
@@ -197,7 +199,7 @@ def run_all(
     factories: dict[str, Callable[[Path], System]],
     workdir: Path,
     data: Dataset,
-    data_int: Dataset,
+    data_int: Dataset | None,
     profile: Profile,
     quick: bool,
     only: frozenset[str] | None = None,

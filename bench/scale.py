@@ -79,7 +79,7 @@ class ScaleSpec:
 
     def profile(self) -> str:
         """The result file's profile: `scale`, or `scale-<devices>dev-<days>d` for another
-        fleet or levels (the growth variant: `make bench SCALE=1 SCALE_DEVICES=20`)."""
+        fleet or levels (the growth variant: `make bench SCALE=1 SCALE_DEVICES=10`)."""
         if (self.devices, self.levels_days) == (ScaleSpec.devices, ScaleSpec.levels_days):
             return "scale"
         return f"scale-{self.devices}dev-{'-'.join(map(str, self.levels_days))}d"
@@ -598,7 +598,10 @@ def run_system(
             system.stop()
         except Exception as exc:
             log.error("%s: stop failed: %s", key, exc)
-        shutil.rmtree(workdir, ignore_errors=True)
+        # the system's own folder too: PostgreSQL's is elsewhere when its user cannot reach
+        # `workdir` (stack.processes.shared_dir), and a week of it is tens of GB
+        for folder in {workdir, system.workdir}:
+            shutil.rmtree(folder, ignore_errors=True)
     return out
 
 

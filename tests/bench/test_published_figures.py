@@ -4,6 +4,7 @@ file (bench/results.py) naming its commit, profile and machine."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import subprocess
@@ -84,7 +85,8 @@ def test_a_run_writes_its_result_file(tmp_path: Path) -> None:
         "errors": {},
     }
     argv = ["--quick", "--only", "snmp,ipmi"]
-    first = results.write(figures, argv, {"quick": True, "out_dir": tmp_path}, tmp_path)
+    options = {"quick": True, "out_dir": tmp_path}
+    first = results.write(figures, argv, options, tmp_path, measured=results.commit())
     second = results.write(figures, argv, {"quick": True}, tmp_path)
     sha = _git("rev-parse", "HEAD")
     assert re.fullmatch(
@@ -96,6 +98,12 @@ def test_a_run_writes_its_result_file(tmp_path: Path) -> None:
     assert run["commit"]["sha"] == sha
     dirty = _git("status", "--porcelain", "--", ".", ":(exclude)bench/results")
     assert run["commit"]["dirty"] is bool(dirty)
+    diff = subprocess.run(
+        ["git", "diff", "HEAD", "--", ".", ":(exclude)bench/results"],
+        cwd=results.REPO_ROOT,
+        capture_output=True,
+    ).stdout
+    assert run["commit"]["diff_sha"] == (hashlib.sha256(diff).hexdigest() if dirty else None)
     assert run["command"] == "python -m bench --quick --only snmp,ipmi"
     assert run["options"]["out_dir"] == str(tmp_path)
     assert run["versions"] == {"postgres": "15.8", "snmp_exporter": "0.21.0", "snmpd": "5.9.3"}
@@ -114,6 +122,37 @@ def test_a_run_names_the_commit_it_started_on(tmp_path: Path) -> None:
     run = json.loads(path.read_text())["run"]
     assert run["commit"] == started
     assert run["commit_at_end"]["sha"] == _git("rev-parse", "HEAD")
+
+
+def test_two_dirty_trees_changing_the_same_file_differ(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`diff_sha`: the same changed file, changed two ways, gives two commits; clean, None."""
+    git = ["git", "-c", "user.name=bench", "-c", "user.email=bench@localhost"]
+    subprocess.run([*git, "init", "-q"], cwd=tmp_path, check=True)
+    (tmp_path / "a.py").write_text("one\n")
+    subprocess.run([*git, "add", "a.py"], cwd=tmp_path, check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "one"], cwd=tmp_path, check=True)
+    monkeypatch.setattr(results, "REPO_ROOT", tmp_path)
+    clean = results.commit()
+    assert clean["dirty"] is False and clean["diff_sha"] is None
+    states = []
+    for text in ("two\n", "three\n"):
+        (tmp_path / "a.py").write_text(text)
+        states.append(results.commit())
+    assert [s["changed_files"] for s in states] == [["a.py"], ["a.py"]]
+    assert states[0]["diff_sha"] and states[1]["diff_sha"]
+    assert states[0] != states[1] and states[0]["diff_sha"] != states[1]["diff_sha"]
+
+
+GROWTH = "bench/results/2026-11-27-6e8f64d-scale-10dev-1-7d.json"
+
+
+def test_a_run_the_tree_moved_on_during_is_cited_with_both_commits() -> None:
+    """The file's `commit_at_end` is in its citing line; a run without one has none."""
+    line = publish.cite(publish.Result.load(GROWTH), RUNS_PAGE)
+    assert "commit `6e8f64d` (the tree was at `1e58738` when it ended)," in line
+    assert "the tree was at" not in publish.cite(publish.Result.load(QUICK), RUNS_PAGE)
 
 
 def _result(**figures: object) -> publish.Result:
@@ -162,27 +201,38 @@ def _rows(text: str) -> dict[str, list[str]]:
     return {key: cells.split(" | ") for key, cells in rows}
 
 
+def _quick_runs() -> list[publish.Result]:
+    """Three runs of QUICK's profile: its file, one with another ingest figure, one without
+    the freshness figures."""
+    data = publish.Result.load(QUICK).data
+    other = {**data, "ingest_e2e_readings_per_s": 2 * data["ingest_e2e_readings_per_s"]}
+    lacking = {k: v for k, v in data.items() if not k.startswith("freshness_")}
+    return [
+        publish.Result(path, figures)
+        for path, figures in (
+            (QUICK, data),
+            ("bench/results/2026-11-28-0000000-quick.json", other),
+            ("bench/results/2026-11-29-0000000-quick.json", lacking),
+        )
+    ]
+
+
 def test_a_runs_block_sets_runs_side_by_side() -> None:
     """A line citing each run, then per part a column per run, the median and the spread; a
     figure one run lacks is n/a there, a part no run holds is left out."""
-    quick, scale = publish.Result.load(QUICK), publish.Result.load(SCALE)
-    text = publish.render(_runs_block(QUICK, QUICK, SCALE), RUNS_PAGE)
-    assert publish.check(RUNS_PAGE, text) == []
-    body = text.split("-->\n", 1)[1]
-    assert (
-        body.count("\n- run ") == 3 and "- run 3: [`2026-11-27-7a3dec1+dirty-scale.json`]" in body
-    )
-    assert body.count(f"commit `{quick.data['run']['commit']['short']}`") == 2
+    runs = _quick_runs()
+    body = publish.render_runs(runs, RUNS_PAGE)
+    assert body.count("\n- run ") == 3 and "- run 3: [`2026-11-29-0000000-quick.json`]" in body
+    assert body.count(f"commit `{runs[0].data['run']['commit']['short']}`") == 3
     assert "| figure | key | run 1 | run 2 | run 3 | median | max/min |" in body
     rows = _rows(body)
-    ingest = format(quick.get("ingest_e2e_readings_per_s"), ",.0f")
-    assert rows["ingest_e2e_readings_per_s"] == [ingest, ingest, "n/a", ingest, "1.00x"]
-    day = format(scale.get("scale_jobscope_1dev_day_1d_s"), ".3f")
-    assert rows["scale_jobscope_1dev_day_1d_s"] == ["n/a", "n/a", day, day, "n/a"]
-    assert "Scale: a day" in body
-    quick_only = publish.render(_runs_block(QUICK, QUICK), RUNS_PAGE)
-    assert "Scale: a day" not in quick_only and "Job API:" in quick_only
-    assert not any(key.startswith("scale_") for key in _rows(quick_only))
+    ingest = runs[0].get("ingest_e2e_readings_per_s")
+    one, two = format(ingest, ",.0f"), format(2 * ingest, ",.0f")
+    assert rows["ingest_e2e_readings_per_s"] == [one, two, one, one, "2.00x"]
+    p99 = format(runs[0].get("freshness_p99_s"), ".3f")
+    assert rows["freshness_p99_s"] == [p99, p99, "n/a", p99, "1.00x"]
+    assert "Scale: a day" not in body and "Job API:" in body
+    assert not any(key.startswith("scale_") for key in rows)
 
 
 def test_the_median_and_spread_of_runs() -> None:
@@ -205,9 +255,10 @@ def test_the_median_and_spread_of_runs() -> None:
     }
 
 
-def test_every_file_of_a_runs_block_is_checked() -> None:
-    """Each cited file missing or outside bench/results/ is a problem line of its own, and a
-    runs block citing one file is refused."""
+def test_every_file_of_a_runs_block_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each cited file missing or outside bench/results/ is a problem line of its own; a runs
+    block citing too few files (the count said), one file twice, or runs of different
+    profiles is refused."""
     missing = "bench/results/no-such-run.json"
     text = _runs_block(QUICK, missing, "bench-results.json")
     assert publish.check(RUNS_PAGE, text) == [
@@ -217,14 +268,50 @@ def test_every_file_of_a_runs_block_is_checked() -> None:
     assert publish.check(RUNS_PAGE, _runs_block(QUICK)) == [
         f"{RUNS_PAGE}: block runs cites 1 file: it needs at least {publish.MIN_RUNS}"
     ]
+    assert publish.check(RUNS_PAGE, _runs_block(QUICK, SCALE, QUICK)) == [
+        f"{RUNS_PAGE}: block runs cites {QUICK} more than once: each run once"
+    ]
+    assert publish.check(RUNS_PAGE, _runs_block(QUICK, SCALE)) == [
+        f"{RUNS_PAGE}: block runs cites runs of profiles quick, scale: its spread is run to run "
+        "of one profile"
+    ]
+    with pytest.raises(ValueError, match="profiles quick, scale"):
+        publish.render(_runs_block(QUICK, SCALE), RUNS_PAGE)
     two = f"<!-- bench: figures {QUICK},{QUICK} -->\nanything\n<!-- /bench -->\n"
     assert publish.check(RUNS_PAGE, two) == [
         f"{RUNS_PAGE}: block figures cites 2 files: it takes one"
     ]
+    monkeypatch.setattr(publish, "MIN_RUNS", 3)
+    assert publish._count_problem("runs", [QUICK, SCALE]) == (
+        "block runs cites 2 files: it needs at least 3"
+    )
 
 
-def test_an_edited_run_figure_is_found() -> None:
-    text = publish.render(_runs_block(QUICK, SCALE), RUNS_PAGE)
+def test_runs_of_one_profile_may_be_cited() -> None:
+    assert publish._profile_problem("runs", _quick_runs()) is None
+    assert publish._count_problem("runs", [r.path for r in _quick_runs()]) is None
+    mixed = [*_quick_runs(), publish.Result.load(SCALE)]
+    assert publish._profile_problem("runs", mixed) == (
+        "block runs cites runs of profiles quick, scale: its spread is run to run of one profile"
+    )
+    assert publish._profile_problem("figures", mixed) is None
+
+
+@pytest.fixture
+def kept_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """_quick_runs() as files of a results folder (tmp_path, standing for bench/results/)."""
+    monkeypatch.setattr(publish, "RESULTS_DIR", tmp_path)
+    paths = []
+    for run in _quick_runs():
+        path = tmp_path / Path(run.path).name
+        path.write_text(json.dumps(run.data))
+        paths.append(str(path))
+    return paths
+
+
+def test_an_edited_run_figure_is_found(kept_runs: list[str]) -> None:
+    text = publish.render(_runs_block(*kept_runs), RUNS_PAGE)
+    assert publish.check(RUNS_PAGE, text) == []
     edited = re.sub(r"(\| `freshness_p99_s` \| )[\d.]+", r"\g<1>0.001", text)
     assert edited != text
     assert any(
@@ -232,18 +319,112 @@ def test_an_edited_run_figure_is_found() -> None:
     )
 
 
-def test_given_files_are_cited_by_block() -> None:
+def test_given_files_are_cited_by_block(kept_runs: list[str]) -> None:
     """`python -m bench.publish A B`: a runs block cites both, a one-file block the last;
-    `--block` keeps the others' files; one file where a runs block would cite it is refused."""
-    page = _runs_block(SCALE, SCALE) + f"<!-- bench: figures {SCALE} -->\nx\n<!-- /bench -->\n"
-    new = publish.render(page, RUNS_PAGE, [SCALE, QUICK])
-    assert publish.cited(new) == [("runs", f"{SCALE},{QUICK}"), ("figures", QUICK)]
-    only = publish.render(page, RUNS_PAGE, [QUICK, QUICK], {"figures"})
-    assert publish.cited(only) == [("runs", f"{SCALE},{SCALE}"), ("figures", QUICK)]
+    `--block` keeps the others' files; one file where a runs block would cite it is refused,
+    and several where none would."""
+    a, b, c = kept_runs
+    page = _runs_block(a, b) + f"<!-- bench: figures {SCALE} -->\nx\n<!-- /bench -->\n"
+    new = publish.render(page, RUNS_PAGE, [b, c])
+    assert publish.cited(new) == [("runs", f"{b},{c}"), ("figures", c)]
+    only = publish.render(page, RUNS_PAGE, [QUICK], {"figures"})
+    assert publish.cited(only) == [("runs", f"{a},{b}"), ("figures", QUICK)]
     assert publish.too_few_runs([QUICK], None, [page]) is not None
     assert publish.too_few_runs([QUICK], {"figures"}, [page]) is None
     assert publish.too_few_runs([QUICK], None, [f"<!-- bench: figures {SCALE} -->\n"]) is None
     assert publish.too_few_runs([QUICK, SCALE], None, [page]) is None
+    assert publish.no_runs_block([a, b], None, [page]) is None
+    assert publish.no_runs_block([a, b], {"runs"}, [page]) is None
+    assert publish.no_runs_block([a], {"figures"}, [page]) is None
+    assert publish.no_runs_block([a, b], {"figures"}, [page]) == NO_RUNS_BLOCK
+    assert publish.no_runs_block([a, b], None, [f"<!-- bench: figures {SCALE} -->\n"]) == (
+        NO_RUNS_BLOCK
+    )
+
+
+NO_RUNS_BLOCK = (
+    "2 result files given, but no block rendered is a runs block (none on the pages, or "
+    "--block leaves it out): the others cite one file, give only that"
+)
+
+
+def _refused(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    """`python -m bench.publish ARGV`'s parser error: its message."""
     with pytest.raises(SystemExit) as refused:
-        publish.main([QUICK, "--block", "runs"])
+        publish.main(list(argv))
     assert refused.value.code == 2
+    return capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_main_refuses_what_no_block_can_cite(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Too few files for a runs block, several where no runs block is rendered, a file given
+    twice or runs of different profiles: a parser error, nothing written (the pages are a
+    page of the test's, so that a failing refusal writes nothing of the repository's)."""
+    prog = "python -m bench.publish: error: "
+    page = tmp_path / "page.md"
+    page.write_text(f"<!-- bench: figures {SCALE} -->\nx\n<!-- /bench -->\n")
+    monkeypatch.setattr(publish, "pages", lambda: [page])
+    assert _refused(capsys, QUICK, "--block", "runs") == prog + (
+        "a runs block cites at least 2 result files: give them all, or name the other blocks "
+        "with --block"
+    )
+    assert _refused(capsys, QUICK, GROWTH) == prog + NO_RUNS_BLOCK
+    page.write_text(_runs_block(QUICK, GROWTH) + page.read_text())
+    assert _refused(capsys, QUICK, GROWTH, "--block", "figures") == prog + NO_RUNS_BLOCK
+    assert _refused(capsys, QUICK, GROWTH) == prog + (
+        "block runs cites runs of profiles quick, scale-10dev-1-7d: its spread is run to run of "
+        "one profile"
+    )
+    assert _refused(capsys, GROWTH, GROWTH) == prog + (
+        f"block runs cites {GROWTH} more than once: each run once"
+    )
+
+
+def test_goals_are_judged_on_the_cited_run() -> None:
+    """Each goal with its figure, bound and verdict; the worst shape named; a goal whose
+    figure the run lacks is left out."""
+    run = publish.Result.load(QUICK).data["run"]
+    result = publish.Result(
+        QUICK,
+        {
+            "run": run,
+            "ingest_e2e_readings_per_s": 900.0,
+            "peer_victoriametrics_ingest_readings_per_s": 500.0,
+            "queries_s": {
+                "jobscope": {"a": 0.01, "b": 0.1},
+                "peer_postgres": {"a": 0.1, "b": 0.2},
+                "peer_victoriametrics": {"a": 0.005, "b": 0.3},
+            },
+            "api_step_server_s": 0.06,
+        },
+    )
+    text = publish.render_goals(result, Path("bench/README.md"))
+    rows = {line.split(" | ")[0].strip("| "): line for line in text.splitlines() if "|" in line}
+    assert (
+        "| 1.8 | >= 1.5 | met |"
+        in rows["ingest readings/s end to end, jobscope over VictoriaMetrics"]
+    )
+    pg = rows["job queries through the API, time of PostgreSQL over jobscope's, worst shape"]
+    assert "| 2 (`b`) | >= 5 | not met |" in pg
+    vm = rows["job queries through the API, time of VictoriaMetrics over jobscope's, worst shape"]
+    assert "| 0.5 (`a`) | >= 1.5 | not met |" in vm
+    step = next(v for k, v in rows.items() if k.startswith("`step=1m`"))
+    assert "| 0.06 | <= 0.05 | not met |" in step
+    assert not any("CPU" in k or "Prometheus" in k for k in rows)
+
+
+def test_scale_shapes_are_compared_level_by_level() -> None:
+    result = _result(
+        scale_jobscope_1dev_1min_7d_s=0.02,
+        scale_postgres_1dev_1min_7d_s=0.2,
+        scale_postgres_1dev_1min_1d_s=0.001,
+        scale_jobscope_summary_7d_s=9.0,
+    )
+    assert publish.shape_times(result) == {
+        "jobscope": {"1dev_1min@7d": 0.02},
+        "postgres": {"1dev_1min@7d": 0.2, "1dev_1min@1d": 0.001},
+    }
+    assert publish.worst_speedup(result, "postgres") == (10.0, "1dev_1min@7d")
+    assert publish.worst_speedup(result, "victoriametrics") is None

@@ -49,3 +49,23 @@ def test_the_table_shows_the_direct_time_beside_the_api_time() -> None:
 
     assert "| 0.200 (arrow; ClickHouse directly 0.050) | 0.100 | 0.400 | 0.50x | 2.00x |" in key_row
     assert "| 0.200 (csv; ClickHouse directly 0.050) |" in small_row
+
+
+def test_a_format_quick_leaves_out_is_not_shown_as_failed() -> None:
+    """QUICK times the job API in QUICK_FORMATS only: the others are said not measured, where
+    a full run's missing format (abandoned, failed) is n/a."""
+    js = {"api_1m_json_s": 0.3, "api_1m_direct_json_s": 0.2, "api_1m_parquet_s": None}
+    js |= {"api_1m_direct_parquet_s": 0.1, "api_1m_arrow_s": 0.05, "api_1m_direct_arrow_s": 0.04}
+
+    def by_format(quick: bool) -> str:
+        return next(value for title, value in report.api_rows(js, quick) if "by format" in title)
+
+    assert by_format(quick=True) == (
+        "json 0.300 / 0.200; parquet n/a / 0.100; arrow 0.050 / 0.040; "
+        "ndjson, csv not measured (QUICK)"
+    )
+    assert "ndjson n/a / n/a; csv n/a / n/a" in by_format(quick=False)
+    sy = {"jobscope": {**systems()["jobscope"], **js}}
+    table = report.markdown(sy, {**report.flatten(sy, {}), "profile": "quick"})
+    assert "ndjson, csv not measured (QUICK)" in table
+    assert "not measured (QUICK)" not in report.markdown(sy, report.flatten(sy, {}))
