@@ -69,6 +69,16 @@ def free_port(kind: int = socket.SOCK_STREAM) -> int:
         return int(sock.getsockname()[1])
 
 
+def free_ports(n: int) -> list[int]:
+    """`n` distinct free TCP ports on 127.0.0.1: each held while the next is picked (the
+    kernel may hand out a port again once it is released)."""
+    with contextlib.ExitStack() as held:
+        socks = [held.enter_context(socket.socket()) for _ in range(n)]
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
+
+
 def port_in_use(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.settimeout(1)

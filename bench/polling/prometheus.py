@@ -47,7 +47,7 @@ from bench.polling.producer import PollingStack, producer, tail
 from bench.polling.topic import ReadingsCounter
 from bench.systems.base import dpkg_version
 from stack.config import REPO_ROOT
-from stack.processes import free_port, stop_child, wait_until
+from stack.processes import free_port, free_ports, stop_child, wait_until
 from stack.simulators.node_exporter import NodeExporter
 from stack.transient import STARTING
 
@@ -320,7 +320,7 @@ def measure(state_dir: Path, quick: bool, stack: PollingStack) -> dict[str, Any]
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     n = TARGETS[quick]
-    ports = [free_port() for _ in range(n)]
+    ports = free_ports(n)
     devices_file = write_devices_file(work / "devices.yaml", ports)
     started = time.monotonic()
     counter: ReadingsCounter | None = None

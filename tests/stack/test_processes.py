@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from stack.processes import wait_until
+from stack.processes import free_ports, port_in_use, wait_until
 from stack.transient import STARTING
 
 
@@ -95,3 +95,11 @@ def test_a_check_that_only_ever_raised_says_so_on_expiry() -> None:
     with pytest.raises(TimeoutError, match="last value: none") as caught:
         wait_until(check, 0.2, "a server", interval=0.01, transient=STARTING)
     assert str(caught.value.__cause__) == "nothing listens"
+
+
+def test_free_ports_are_distinct_and_free() -> None:
+    """Many ports at once never repeat one (free_port alone may: a released port can be
+    handed out again; the Prometheus bench once got a target port twice)."""
+    ports = free_ports(200)
+    assert len(set(ports)) == 200
+    assert not any(port_in_use("127.0.0.1", p) for p in ports)
