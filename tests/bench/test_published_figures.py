@@ -397,7 +397,7 @@ def test_goals_are_judged_on_the_cited_run() -> None:
                 "peer_postgres": {"a": 0.1, "b": 0.2},
                 "peer_victoriametrics": {"a": 0.005, "b": 0.3},
             },
-            "api_step_server_s": 0.06,
+            "systems": {"jobscope": {"api_step_server_s": 0.06}},
         },
     )
     text = publish.render_goals(result, Path("bench/README.md"))
