@@ -514,7 +514,6 @@ def render_sizing(result: Result, page: Path) -> str:
 
 # -- goals: issue 32's targets, each judged on the cited run --------------------------------
 
-PEERS = {"victoriametrics": "VictoriaMetrics", "postgres": "PostgreSQL"}
 _SCALE_SHAPE = re.compile(r"\Ascale_(?P<system>[a-z]+)_(?P<shape>\d+dev_\w+?)_(?P<level>\d+d)_s\Z")
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.profiles import KEY_SELECTION, QUICK
-from bench.systems.jobscope_api import FORMATS, QUICK_FORMATS
+from bench.systems.jobscope_api import FORMATS, formats
 from bench.systems.jobscope_api import GOALS as API_GOALS
 
 OURS = "jobscope"
@@ -282,8 +282,8 @@ def _goal(js: dict[str, Any], key: str, fmt: str, detail: str = "") -> str:
 
 def _by_format(js: dict[str, Any], quick: bool) -> str:
     """Each format's time through the API / straight from ClickHouse; those QUICK leaves out
-    (not QUICK_FORMATS) said so, not shown as n/a like a format that failed."""
-    measured = [f for f in FORMATS if not quick or f in QUICK_FORMATS]
+    (jobscope_api.formats) said so, not shown as n/a like a format that failed."""
+    measured = formats(quick)
     left_out = [f for f in FORMATS if f not in measured]
     return "; ".join(
         [

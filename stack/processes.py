@@ -64,16 +64,14 @@ def _short_repr(value: object) -> str:
 
 def free_port(kind: int = socket.SOCK_STREAM) -> int:
     """A port nothing listens on now on 127.0.0.1 (TCP by default), picked by the kernel."""
-    with socket.socket(socket.AF_INET, kind) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return free_ports(1, kind)[0]
 
 
-def free_ports(n: int) -> list[int]:
-    """`n` distinct free TCP ports on 127.0.0.1: each held while the next is picked (the
-    kernel may hand out a port again once it is released)."""
+def free_ports(n: int, kind: int = socket.SOCK_STREAM) -> list[int]:
+    """`n` distinct ports nothing listens on now on 127.0.0.1 (TCP by default): each held
+    while the next is picked (the kernel may hand out a port again once it is released)."""
     with contextlib.ExitStack() as held:
-        socks = [held.enter_context(socket.socket()) for _ in range(n)]
+        socks = [held.enter_context(socket.socket(socket.AF_INET, kind)) for _ in range(n)]
         for sock in socks:
             sock.bind(("127.0.0.1", 0))
         return [int(sock.getsockname()[1]) for sock in socks]

@@ -505,7 +505,7 @@ class Jobscope(System):
                 base_url=self.settings.api_url, timeout=TIMEOUT, headers=IDENTITY
             )
         trials: dict[str, float] = {}
-        for fmt in jobscope_api.QUICK_FORMATS if quick else jobscope_api.FORMATS:
+        for fmt in jobscope_api.formats(quick):
             runs = []
             for _ in range(FORMAT_TRIALS):
                 began = time.perf_counter()

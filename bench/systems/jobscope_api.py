@@ -68,6 +68,13 @@ log = logging.getLogger("bench.jobscope")
 FORMATS = tuple(api_formats.FORMATS)  # json, ndjson, csv, parquet, arrow
 # QUICK's 6 minutes: the default (json) and the two binary ones, the fastest in every run
 QUICK_FORMATS = ("json", "parquet", "arrow")
+
+
+def formats(quick: bool) -> tuple[str, ...]:
+    """The API formats a run times: QUICK_FORMATS in a QUICK run, every one otherwise."""
+    return QUICK_FORMATS if quick else FORMATS
+
+
 JOB_READINGS = 1_000_000  # the scope of the job timed in every format
 EXPORT_READINGS = 10_000_000  # the export watched for memory (capped by the data set)
 EXPORT_FORMAT = "ndjson"
@@ -150,8 +157,8 @@ def measure(
                 log.error("jobscope: API, %s failed: %s", name, exc)
                 failed[f"api.{name}"] = f"{type(exc).__name__}: {exc}"
 
-        formats = QUICK_FORMATS if quick else FORMATS
-        part("formats", lambda: _formats(http, reader, job, formats, repeats, limit_s))
+        timed = formats(quick)
+        part("formats", lambda: _formats(http, reader, job, timed, repeats, limit_s))
         part("devices", lambda: _devices_endpoint(http, job, limit_s))
         part("summary", lambda: _summary(http, reader, job, repeats, limit_s))
         part("step", lambda: _step(http, reader, whole, repeats, limit_s))
